@@ -1,0 +1,207 @@
+"""tuner's own tables, kept beside Optuna's in the same database.
+
+Every table name starts with `tuner_` so it never collides with Optuna's (`studies`, `trials`, ...),
+and the Alembic version table is `tuner_alembic_version` because Optuna's migrations already own
+`alembic_version`. This module stores and returns rows; it knows nothing of engines or launchers.
+Any change here needs a new migration in `db/migrations/versions/`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    select,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+VERSION_TABLE = "tuner_alembic_version"
+TABLE_PREFIX = "tuner_"
+TRIAL_STATES = ("running", "complete", "failed", "infeasible")
+
+# As Optuna: MySQL cannot index longer VARCHARs; unindexed free text is Text.
+MAX_INDEXED_STRING_LENGTH = 512
+
+# Named constraints, so later migrations (SQLite batch mode included) can address them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    SQLite keeps no zone, so values are stored as UTC and read back with the UTC zone attached.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: tuner stores timezone-aware UTC times")
+        return value.astimezone(dt.timezone.utc)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StudyModel(Base):
+    __tablename__ = "tuner_studies"
+    __table_args__ = (UniqueConstraint("name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(MAX_INDEXED_STRING_LENGTH), nullable=False)
+    engine: Mapped[str] = mapped_column(String(64), nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    gpu_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    space: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    tuner_version: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+    trials: Mapped[list[TrialModel]] = relationship(
+        back_populates="study", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+    @classmethod
+    def find_by_name(cls, name: str, session: Session) -> StudyModel | None:
+        return session.scalars(select(cls).where(cls.name == name)).one_or_none()
+
+
+class TrialModel(Base):
+    __tablename__ = "tuner_trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number"),
+        CheckConstraint(
+            "state IN (" + ", ".join(f"'{s}'" for s in TRIAL_STATES) + ")", name="state"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_studies.id", ondelete="CASCADE"), nullable=False
+    )
+    number: Mapped[int] = mapped_column(Integer, nullable=False)  # Optuna's trial number
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    # none_as_null: Python None is SQL NULL here, not the JSON text 'null'.
+    launch_plan: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    objective: Mapped[float | None] = mapped_column(Float)
+    meets_sla: Mapped[bool | None] = mapped_column(Boolean)
+    failure_kind: Mapped[str | None] = mapped_column(String(32))
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    engine_version: Mapped[str | None] = mapped_column(String(256))
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    worker_host: Mapped[str | None] = mapped_column(String(256))
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    study: Mapped[StudyModel] = relationship(back_populates="trials")
+    measurements: Mapped[list[MeasurementModel]] = relationship(
+        back_populates="trial",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        order_by="MeasurementModel.concurrency",
+    )
+    servers: Mapped[list[ServerModel]] = relationship(
+        back_populates="trial", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+    @classmethod
+    def find(cls, study_id: int, number: int, session: Session) -> TrialModel | None:
+        query = select(cls).where(cls.study_id == study_id, cls.number == number)
+        return session.scalars(query).one_or_none()
+
+
+class MeasurementModel(Base):
+    """One concurrency level of one trial: the columns are `tuner.records.LevelMeasurement`'s."""
+
+    __tablename__ = "tuner_measurements"
+    __table_args__ = (UniqueConstraint("trial_id", "concurrency"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_trials.id", ondelete="CASCADE"), nullable=False
+    )
+    concurrency: Mapped[int] = mapped_column(Integer, nullable=False)
+    requests: Mapped[int] = mapped_column(Integer, nullable=False)
+    errors: Mapped[int] = mapped_column(Integer, nullable=False)
+    duration_s: Mapped[float] = mapped_column(Float, nullable=False)
+    input_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    output_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    request_throughput: Mapped[float] = mapped_column(Float, nullable=False)
+    output_tok_s: Mapped[float] = mapped_column(Float, nullable=False)
+    output_tok_s_per_gpu: Mapped[float] = mapped_column(Float, nullable=False)
+    ttft_p50_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_p90_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_ms: Mapped[float | None] = mapped_column(Float)
+    itl_p50_ms: Mapped[float | None] = mapped_column(Float)
+    itl_p90_ms: Mapped[float | None] = mapped_column(Float)
+    itl_p99_ms: Mapped[float | None] = mapped_column(Float)
+    tpot_p50_ms: Mapped[float | None] = mapped_column(Float)
+    tpot_p90_ms: Mapped[float | None] = mapped_column(Float)
+    e2e_p50_ms: Mapped[float | None] = mapped_column(Float)
+    e2e_p90_ms: Mapped[float | None] = mapped_column(Float)
+    tok_s_per_user_p50: Mapped[float | None] = mapped_column(Float)
+    tok_s_per_user_p90: Mapped[float | None] = mapped_column(Float)
+    goodput_rps: Mapped[float] = mapped_column(Float, nullable=False)
+    meets_sla: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    error_sample: Mapped[str | None] = mapped_column(Text)
+
+    trial: Mapped[TrialModel] = relationship(back_populates="measurements")
+
+
+class ServerModel(Base):
+    """A launched server process, so a later run can find and reap one left by a killed tuner."""
+
+    __tablename__ = "tuner_servers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_trials.id", ondelete="CASCADE"), nullable=False
+    )
+    host: Mapped[str] = mapped_column(String(256), nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    pgid: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The process start time (psutil): tells the server apart from a later process reusing its pid.
+    create_time: Mapped[float] = mapped_column(Float, nullable=False)
+    log_path: Mapped[str] = mapped_column(Text, nullable=False)
+    started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    stopped_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    trial: Mapped[TrialModel] = relationship(back_populates="servers")
