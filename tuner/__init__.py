@@ -1,0 +1,8 @@
+"""tuner: finds the fastest way to serve an LLM on a GPU type by launching real serving trials."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("tuner")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0+unknown"

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 @dataclass
 class RequestResult:
-    """One streamed request. A failed request is a result (ok=False, error set), never an exception."""
+    """One streamed request. A failed request is a result (ok=False, error set), not a raise."""
 
     ok: bool
     start: float  # perf_counter when the request was sent

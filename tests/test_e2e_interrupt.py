@@ -1,0 +1,75 @@
+"""`kill -9` of `tuner run` in the middle of a real trial, then the next run of the same study."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tuner.launcher import group_members
+from tuner.store import Store
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+]
+
+SPACE = {"name": "tp1", "engine": "vllm",
+         "parameters": {"max_num_seqs": {"values": [4, 16]}}}
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_model):
+    write_yaml(tmp_path / "space.yaml", SPACE)
+    write_yaml(tmp_path / "study.yaml",
+               base_spec(tiny_model, space="space.yaml", budget={"n_trials": 1}))
+    url = f"sqlite:///{tmp_path}/tuner.db"
+    first = subprocess.Popen([sys.executable, "-m", "tuner.cli", "run", "study.yaml"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def server_ready():
+            if not (tmp_path / "tuner.db").exists():
+                return None
+            servers = Store.open(url, create=False).unstopped_servers(os.uname().nodename)
+            log = tmp_path / "tuner-runs" / "test-study" / "trial-0000" / "server.log"
+            if servers and log.exists() and "startup complete" in log.read_text():
+                return servers[0]
+            return None
+
+        server = _wait_for(server_ready, 240, "the first trial's server to be ready")
+        time.sleep(2)  # into the measurement
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+    second = run_tuner("run", "study.yaml", cwd=tmp_path)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "trial 0 was interrupted" in second.stdout
+
+    # No process of the killed run's server survives.
+    assert group_members(server.pgid, server.create_time) == []
+
+    trials = Store.open(url, create=False).trials("test-study")
+    assert trials[0].number == 0
+    assert (trials[0].state, trials[0].failure_kind) == ("failed", "interrupted")
+    assert [t.state for t in trials[1:]] == ["complete"]  # the budget of 1 is met by a new trial
+    study = optuna.load_study(study_name="test-study", storage=url)
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)

@@ -1,0 +1,171 @@
+"""A real study of real vLLM (CPU build) trials, end to end, and what it leaves behind.
+
+The space has exactly three feasible configurations on a 2-core node, so a 3-trial budget runs
+them all: TP1, TP2, and TP2 with expert parallel, which really crashes in vLLM's CPU fused-MoE
+kernel at the first request. Tens of seconds per server: marked `engine`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import optuna
+import pytest
+import yaml
+
+from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tuner.store import Store
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+]
+
+SPACE = {
+    "name": "e2e",
+    "engine": "vllm",
+    "parameters": {
+        "tensor_parallel_size": {"values": [1, 2]},
+        "enable_expert_parallel": {"values": [False, True]},
+        "max_num_seqs": {"values": [16]},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory, tiny_model):
+    d = tmp_path_factory.mktemp("study")
+    write_yaml(d / "space.yaml", SPACE)
+    write_yaml(d / "study.yaml", base_spec(tiny_model, space="space.yaml"))
+    proc = run_tuner("run", "study.yaml", cwd=d)
+    (d / "run.out").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return d
+
+
+def _store(d) -> Store:
+    return Store.open(f"sqlite:///{d}/tuner.db", create=False)
+
+
+def test_every_feasible_configuration_ran_for_real_and_the_crash_is_recorded(study_dir):
+    trials = _store(study_dir).trials("test-study")
+    launched = [t for t in trials if t.state in ("complete", "failed")]
+    assert len(launched) == 3
+    by_config = {(t.params["tensor_parallel_size"], t.params["enable_expert_parallel"]): t
+                 for t in launched}
+    assert set(by_config) == {(1, False), (2, False), (2, True)}
+
+    crashed = by_config[(2, True)]
+    assert crashed.state == "failed"
+    assert crashed.failure_kind == "crash"
+    assert "Segfault" in crashed.failure_reason
+    assert crashed.log_tail  # the evidence is kept with the trial
+
+    for cfg in [(1, False), (2, False)]:
+        t = by_config[cfg]
+        assert t.state == "complete", (cfg, t.failure_kind, t.failure_reason)
+        assert [m.concurrency for m in t.measurements] == [2, 8]
+        for m in t.measurements:
+            assert m.errors == 0 and m.requests == 16
+            assert m.output_tokens == 16 * 32  # counted from the server's usage
+            assert m.output_tok_s > 0 and m.ttft_p50_ms > 0
+            assert m.output_tok_s_per_gpu == pytest.approx(m.output_tok_s / cfg[0])
+        assert t.engine_version and t.engine_version.startswith("0.32")
+
+
+def test_infeasible_samples_are_recorded_without_a_server(study_dir):
+    infeasible = [t for t in _store(study_dir).trials("test-study") if t.state == "infeasible"]
+    for t in infeasible:
+        assert t.params == {"tensor_parallel_size": 1, "enable_expert_parallel": True,
+                            "max_num_seqs": 16}
+        assert "single rank" in t.failure_reason
+        assert t.launch_plan is None
+
+
+def test_optuna_sees_the_same_outcomes_with_the_sla_as_constraints(study_dir):
+    study = optuna.load_study(study_name="test-study", storage=f"sqlite:///{study_dir}/tuner.db")
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) >= 2
+    assert optuna.trial.TrialState.RUNNING not in states
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    for t in complete:
+        assert set(t.constraints) >= {"ttft_p90_ms", "tok_s_per_user_p90", "errors"}
+        assert all(v <= 0 for v in t.constraints.values()) == t.user_attrs["meets_sla"]
+
+
+def test_the_run_prints_the_winner_and_exports_it(study_dir):
+    out = (study_dir / "run.out").read_text()
+    assert "best of study test-study" in out
+    export = study_dir / "tuner-exports" / "test-study"
+    record = json.loads((export / "best.json").read_text())
+    assert record["schema_version"] == 1
+    assert record["engine"]["name"] == "vllm" and record["engine"]["version"].startswith("0.32")
+    assert record["objective"]["meets_sla"] is True
+    assert record["provenance"]["tuner_version"]
+    assert [m["concurrency"] for m in record["measurements"]] == [2, 8]
+    config = yaml.safe_load((export / "config.yaml").read_text())
+    assert config == record["launch"]["config"]
+    assert config["tensor-parallel-size"] == record["parameters"]["tensor_parallel_size"]
+
+
+def test_rerunning_the_study_runs_nothing_twice(study_dir):
+    before = len(_store(study_dir).trials("test-study"))
+    proc = run_tuner("run", "study.yaml", cwd=study_dir, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 of 3 trials done" in proc.stdout
+    assert len(_store(study_dir).trials("test-study")) == before
+
+
+def test_status_best_and_export_commands(study_dir):
+    status = run_tuner("status", cwd=study_dir)
+    assert status.returncode == 0 and "crash: Segfault" in status.stdout
+    best = run_tuner("best", cwd=study_dir)
+    assert best.returncode == 0 and "SLA met" in best.stdout
+    exp = run_tuner("export", "--format", "json", "--out", "again", cwd=study_dir)
+    assert exp.returncode == 0
+    assert json.loads((study_dir / "again" / "best.json").read_text())["trial"] >= 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model):
+    """What a deploy pipeline does: `vllm serve MODEL --config config.yaml`, then a request."""
+    import urllib.request
+
+    export = study_dir / "tuner-exports" / "test-study"
+    record = json.loads((export / "best.json").read_text())
+    port = _free_port()
+    vllm = os.path.join(os.path.dirname(os.sys.executable), "vllm")
+    env = {**os.environ, **record["launch"]["env"]}
+    server = subprocess.Popen(
+        [vllm, "serve", str(tiny_model), "--config", str(export / "config.yaml"),
+         "--host", "127.0.0.1", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert server.poll() is None, "vllm serve exited with the exported config"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(1)
+        body = json.dumps({"model": str(tiny_model), "prompt": "Tensor parallelism",
+                           "max_tokens": 8}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        assert reply["usage"]["completion_tokens"] == 8
+        assert reply["choices"][0]["text"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)

@@ -1,0 +1,100 @@
+"""Exports are derived from stored trials alone and carry what a deploy needs."""
+
+from __future__ import annotations
+
+import json
+import stat
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from tests.conftest import run_tuner
+from tuner.errors import NoResult
+from tuner.export import ExportRecord, best_trial, write_export
+from tuner.records import LevelMeasurement
+from tuner.store import Store
+
+LEVEL = LevelMeasurement(
+    concurrency=4, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,
+    request_throughput=8.0, output_tok_s=512.0, output_tok_s_per_gpu=256.0, ttft_p50_ms=20.0,
+    ttft_p90_ms=30.0, ttft_p99_ms=35.0, itl_p50_ms=5.0, itl_p90_ms=8.0, itl_p99_ms=9.0,
+    tpot_p50_ms=6.0, tpot_p90_ms=7.0, e2e_p50_ms=400.0, e2e_p90_ms=450.0,
+    tok_s_per_user_p50=160.0, tok_s_per_user_p90=140.0, goodput_rps=8.0, meets_sla=True)
+SPEC = {
+    "engine": {"name": "vllm", "executable": "vllm", "args": {"max-model-len": 512},
+               "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+    "workload": {"input_len": 32, "output_len": 64, "concurrency": [4]},
+    "sla": {"ttft_p90_ms": 100.0, "min_tok_s_per_user_p90": 50.0},
+    "objective": {"metric": "output_tok_s_per_gpu"},
+}
+
+
+def add_trial(store, number, params, objective, meets, gpus=2):
+    tid = store.start_trial("s", number, params, worker_host="h", worker_pid=1,
+                            gpus=gpus, hardware={"kind": "cpu", "description": "2 cores",
+                                                 "host": "h"})
+    level = replace(LEVEL, output_tok_s_per_gpu=objective, meets_sla=meets)
+    store.finish_trial(tid, state="complete", objective=objective, meets_sla=meets,
+                       engine_version="0.32.0", measurements=[level])
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(f"sqlite:///{tmp_path}/tuner.db")
+    s.ensure_study("s", engine="vllm", model="/models/tiny", gpu_type="cpu", spec=SPEC,
+                   space={}, tuner_version="test")
+    return s
+
+
+def test_the_best_trial_is_the_fastest_that_met_the_sla(store):
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_num_seqs": 4}, 300.0, True, gpus=1)
+    add_trial(store, 1, {"tensor_parallel_size": 2, "max_num_seqs": 16}, 900.0, False)
+    add_trial(store, 2, {"tensor_parallel_size": 2, "max_num_seqs": 64}, 500.0, True)
+    assert best_trial(store.get_study("s"), store.trials("s")).number == 2
+
+
+def test_no_trial_met_the_sla_is_a_clear_no_result(store, tmp_path):
+    add_trial(store, 0, {"max_num_seqs": 4}, 900.0, False)
+    with pytest.raises(NoResult, match="no trial that met the SLA"):
+        best_trial(store.get_study("s"), store.trials("s"))
+    for command in (["best"], ["export"]):
+        proc = run_tuner(*command, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 3, proc.stderr
+        assert "no trial that met the SLA" in proc.stderr
+    assert not (tmp_path / "tuner-exports").exists()
+
+
+def test_the_vllm_export_is_the_trials_config_and_a_launch_script(store, tmp_path):
+    add_trial(store, 0, {"tensor_parallel_size": 2, "max_num_seqs": 16,
+                         "speculative_method": "ngram", "num_speculative_tokens": 2}, 500.0, True)
+    study, trials = store.get_study("s"), store.trials("s")
+    files = write_export(study, best_trial(study, trials), tmp_path / "out")
+    assert sorted(f.name for f in files) == ["best.json", "config.yaml", "launch.sh"]
+
+    config = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())
+    assert config == {"max-model-len": 512, "tensor-parallel-size": 2, "max-num-seqs": 16,
+                      "speculative-config": {"method": "ngram", "num_speculative_tokens": 2}}
+    script = (tmp_path / "out" / "launch.sh").read_text()
+    assert "vllm serve /models/tiny --config ./config.yaml --host 0.0.0.0 --port 8000" in script
+    assert "VLLM_CPU_OMP_THREADS_BIND='0|1'" in script and "VLLM_CPU_KVCACHE_SPACE=1" in script
+    assert (tmp_path / "out" / "launch.sh").stat().st_mode & stat.S_IXUSR
+
+
+def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(store, tmp_path):
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_num_seqs": 4}, 256.0, True, gpus=1)
+    study = store.get_study("s")
+    write_export(study, store.trials("s")[0], tmp_path, ("json",))
+    record = json.loads((tmp_path / "best.json").read_text())
+    ExportRecord.model_validate(record)  # the record satisfies its own schema
+    assert record["schema_version"] == 1
+    assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
+    assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
+    assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
+    assert record["objective"] == {"metric": "output_tok_s_per_gpu", "value": 256.0,
+                                   "meets_sla": True, "concurrency": 4}
+    assert record["workload"]["output_len"] == 64 and record["sla"]["ttft_p90_ms"] == 100.0
+    prov = record["provenance"]
+    assert prov["study"] == "s" and prov["trial"] == 0
+    assert prov["measured_at"] and prov["exported_at"] and prov["tuner_version"]
+    assert record["launch"]["command"][:3] == ["vllm", "serve", "/models/tiny"]

@@ -1,0 +1,265 @@
+"""The load generator: per-request timing (against a scripted clock, then against a scripted server
+on 127.0.0.1), fixed concurrency, warm-up, failures as results, and the sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import statistics
+
+import aiohttp
+import pytest
+from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
+
+from tuner.loadgen import LevelRun, measure_stream, run_level, run_sweep
+from tuner.metrics import summarize_level
+from tuner.prompts import synthetic_token_prompts
+from tuner.records import SLA
+
+# measure_stream: the timing rules, with a scripted clock and a replayed stream
+
+
+def choice(text: str) -> dict:
+    return {"choices": [{"index": 0, "text": text, "finish_reason": None}], "usage": None}
+
+
+def usage(prompt: int, completion: int) -> dict:
+    return {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}
+
+
+async def replay(events):
+    for event in events:
+        yield event
+
+
+def measure(events: list[dict], times: list[float], start: float = 10.0):
+    """Time a replayed stream; the clock returns `times` in order: one per event, then the end."""
+    clock = iter(times).__next__
+    return asyncio.run(measure_stream(replay(events), start, clock))
+
+
+def test_ttft_is_the_first_choice_and_itl_the_gaps_between_choices_empty_text_included():
+    events = [choice(" a"), choice(""), choice(" b"), choice(""), usage(7, 4)]
+    r = measure(events, [10.5, 10.75, 11.0, 11.5, 11.625, 12.0])
+    assert r.ok and r.error is None
+    assert r.ttft_s == 0.5
+    assert r.itl_s == [0.25, 0.25, 0.5]  # the usage-only event is not a token
+    assert r.latency_s == 2.0  # to the end of the stream, not the last token
+    assert (r.prompt_tokens, r.output_tokens) == (7, 4)
+
+
+def test_latency_is_ttft_plus_the_gaps_plus_the_tail_after_the_last_token():
+    events = [choice(" a"), choice(" b"), choice(" c"), usage(3, 3)]
+    times = [10.3, 10.4, 10.45, 10.46, 10.47]
+    r = measure(events, times)
+    tail = times[-1] - times[2]
+    assert r.latency_s - r.ttft_s == pytest.approx(sum(r.itl_s) + tail, abs=1e-12)
+
+
+def test_tokens_come_from_usage_not_from_counting_chunks():
+    # Speculative decoding streams several tokens per chunk: 2 chunks, 5 tokens.
+    r = measure([choice(" a b"), choice(" c d e"), usage(3, 5)], [10.1, 10.2, 10.3, 10.4])
+    assert (r.output_tokens, len(r.itl_s)) == (5, 1)
+
+
+@pytest.mark.parametrize("events, error", [
+    ([choice(" a"), choice(" b")], "stream ended without usage"),
+    ([usage(3, 0)], "stream ended without a token"),
+    ([], "stream ended without a token"),
+    ([choice(" a"), {"error": {"message": "engine died"}}], "server error event: engine died"),
+])
+def test_an_incomplete_or_failed_stream_is_a_failed_result(events, error):
+    r = measure(events, [10.0 + 0.1 * i for i in range(1, len(events) + 2)])
+    assert not r.ok
+    assert r.error == error
+    assert r.latency_s is not None and r.latency_s > 0
+
+
+# against a scripted server on 127.0.0.1
+
+PROMPTS = [[i, i + 1, i + 2] for i in range(0, 300, 3)]  # 100 distinct 3-token prompts
+
+
+def level(base_url: str, concurrency: int, requests: int, output_len: int = 4,
+          timeout_s: float = 10.0, warmup: int = 0, prompts=PROMPTS) -> LevelRun:
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            return await run_level(session, base_url, "fake-model", prompts, concurrency,
+                                   requests, output_len, timeout_s, warmup)
+
+    return asyncio.run(go())
+
+
+def refused_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # nothing listens there now
+
+
+def test_measured_ttft_and_itl_match_the_server_timetable_within_5_percent():
+    # 300 ms to the first token, then 20 ms apart; every 4th chunk is empty text. The server runs
+    # in its own process so that its timetable holds while the client works.
+    with serve_in_process(Script(ttft_s=0.300, itl_s=0.020, empty_every=4)) as (url, _pid):
+        run = level(url, concurrency=4, requests=8, output_len=25)
+    assert [r.ok for r in run.results] == [True] * 8
+    assert statistics.median(r.ttft_s for r in run.results) == pytest.approx(0.300, rel=0.05)
+    gaps = [g for r in run.results for g in r.itl_s]
+    assert statistics.fmean(gaps) == pytest.approx(0.020, rel=0.05)
+    for r in run.results:
+        assert len(r.itl_s) == 24  # 25 chunks, empty ones too
+        assert (r.prompt_tokens, r.output_tokens) == (3, 25)
+
+
+def test_latency_covers_ttft_and_every_gap_plus_only_a_tiny_tail():
+    with serve_in_process(Script(ttft_s=0.050, itl_s=0.010)) as (url, _pid):
+        run = level(url, concurrency=4, requests=8, output_len=10)
+    tails = [r.latency_s - r.ttft_s - math.fsum(r.itl_s) for r in run.results]
+    assert all(t >= -1e-9 for t in tails)
+    # Usage and [DONE] follow the last token at once; a missed token would leave 10 ms here.
+    assert statistics.median(tails) < 0.003
+
+
+def test_the_request_is_a_streamed_greedy_completion_of_exactly_output_len_tokens():
+    server = FakeOpenAIServer()
+    with serve_in_thread(server) as url:
+        level(url, concurrency=1, requests=1, output_len=7)
+    assert server.bodies == [{
+        "model": "fake-model", "prompt": [0, 1, 2], "max_tokens": 7, "ignore_eos": True,
+        "temperature": 0, "stream": True, "stream_options": {"include_usage": True},
+    }]
+
+
+def test_concurrency_is_reached_and_never_exceeded_and_the_request_count_is_exact():
+    server = FakeOpenAIServer(Script(ttft_s=0.030, itl_s=0.005))
+    with serve_in_thread(server) as url:
+        run = level(url, concurrency=3, requests=12, output_len=5)
+    assert server.max_in_flight == 3
+    assert len(server.bodies) == 12
+    assert len(run.results) == 12 and all(r.ok for r in run.results)
+    assert run.concurrency == 3
+    assert len(server.peers) == 3  # connections are reused, not opened per request
+
+
+def test_duration_runs_from_the_first_send_to_the_last_completion():
+    server = FakeOpenAIServer(Script(ttft_s=0.050, itl_s=0.010))
+    with serve_in_thread(server) as url:
+        run = level(url, concurrency=2, requests=6, output_len=5)
+    first = min(r.start for r in run.results)
+    last = max(r.end for r in run.results)
+    assert run.duration_s == pytest.approx(last - first)
+    assert run.duration_s >= 3 * 0.090  # three waves of 50 + 4 * 10 ms
+
+
+def test_warm_up_requests_go_first_are_not_returned_and_prompts_continue_after_them():
+    server = FakeOpenAIServer()
+    prompts = [[1], [2], [3], [4]]
+    with serve_in_thread(server) as url:
+        run = level(url, concurrency=2, requests=5, warmup=2, prompts=prompts)
+    assert len(server.bodies) == 7
+    assert len(run.results) == 5
+    sent = [b["prompt"] for b in server.bodies]
+    assert sorted(sent[:2]) == [[1], [2]]
+    assert sorted(sent[2:]) == [[1], [2], [3], [3], [4]]  # prompts 3, 4, 1, 2, 3: cycled
+
+
+def test_events_split_across_network_writes_are_timed_and_counted():
+    server = FakeOpenAIServer(Script(split_events=True))
+    with serve_in_thread(server) as url:
+        run = level(url, concurrency=2, requests=2, output_len=6)
+    assert all(r.ok and r.output_tokens == 6 and len(r.itl_s) == 5 for r in run.results)
+
+
+@pytest.mark.parametrize("script, error_start", [
+    (Script(fail="http500"), "HTTP 500"),
+    (Script(fail="close_mid_stream", itl_s=0.005), "ClientPayloadError"),
+    (Script(fail="no_usage"), "stream ended without usage"),
+    (Script(fail="error_event"), "server error event: engine died"),
+    (Script(ttft_s=2.0), "TimeoutError"),
+])
+def test_server_failures_are_failed_results_and_counted_as_errors(script, error_start):
+    server = FakeOpenAIServer(script)
+    with serve_in_thread(server) as url:
+        run = level(url, concurrency=2, requests=3, output_len=6, timeout_s=0.3)
+    assert len(run.results) == 3
+    for r in run.results:
+        assert not r.ok
+        assert r.error.startswith(error_start), r.error
+    m = summarize_level(run, gpus=1, sla=SLA())
+    assert (m.requests, m.errors, m.meets_sla) == (3, 3, False)
+    assert m.error_sample.startswith(error_start)
+
+
+def test_a_refused_connection_is_a_failed_result():
+    run = level(refused_url(), concurrency=2, requests=3)
+    assert [r.ok for r in run.results] == [False] * 3
+    assert all(r.error.startswith("ClientConnectorError") for r in run.results)
+
+
+# run_sweep
+
+
+def test_a_sweep_runs_the_levels_in_order_and_reports_each_as_it_ends():
+    server = FakeOpenAIServer(Script(ttft_s=0.020, itl_s=0.005))
+    reported = []
+    with serve_in_thread(server) as url:
+        runs = run_sweep(url, "fake-model", PROMPTS, [1, 2, 4], requests_per_level=8,
+                         output_len=4, warmup_requests=2, request_timeout_s=10,
+                         on_level=reported.append)
+    assert [r.concurrency for r in runs] == [1, 2, 4]
+    assert reported == runs
+    assert [len(r.results) for r in runs] == [8, 8, 8]
+    assert all(r.ok for run in runs for r in run.results)
+    assert len(server.bodies) == 3 * (2 + 8)
+    assert server.max_in_flight == 4
+    # Prompts continue across levels: none is sent twice, so none hits the prefix cache.
+    sent = [tuple(b["prompt"]) for b in server.bodies]
+    assert len(set(sent)) == len(sent)
+
+
+def test_stop_ends_the_sweep_between_levels_with_the_levels_measured_so_far():
+    server = FakeOpenAIServer()
+    reported = []
+    with serve_in_thread(server) as url:
+        runs = run_sweep(url, "fake-model", PROMPTS, [1, 2, 4], requests_per_level=3,
+                         output_len=4, warmup_requests=1, request_timeout_s=10,
+                         on_level=reported.append, stop=lambda: len(reported) >= 1)
+    assert [r.concurrency for r in runs] == [1]
+    assert len(server.bodies) == 1 + 3
+
+
+def test_a_sweep_against_a_dead_server_returns_failed_results_without_raising():
+    runs = run_sweep(refused_url(), "fake-model", PROMPTS, [1, 2], requests_per_level=2,
+                     output_len=4, warmup_requests=1, request_timeout_s=1)
+    assert [len(r.results) for r in runs] == [2, 2]
+    assert not any(r.ok for run in runs for r in run.results)
+
+
+# the synthetic prompts it sends (tuner.prompts)
+
+PINNED_SEED0 = [844, 757, 420, 258, 511]
+
+
+def test_synthetic_prompts_have_exactly_input_len_ids_inside_the_vocabulary():
+    prompts = synthetic_token_prompts(5, 64, vocab_size=100, seed=1)
+    assert len(prompts) == 5
+    assert all(len(p) == 64 and all(0 <= t < 100 for t in p) for p in prompts)
+    assert len({tuple(p) for p in prompts}) == 5
+
+
+def test_synthetic_prompts_never_contain_the_avoided_special_tokens():
+    prompts = synthetic_token_prompts(20, 50, vocab_size=10, seed=0, avoid_ids=[0, 9, 4])
+    assert {t for p in prompts for t in p} == {1, 2, 3, 5, 6, 7, 8}
+
+
+def test_synthetic_prompts_are_the_same_for_the_same_seed_and_differ_for_another():
+    assert synthetic_token_prompts(3, 16, 1000, seed=7) == synthetic_token_prompts(3, 16, 1000, 7)
+    assert synthetic_token_prompts(3, 16, 1000, seed=7) != synthetic_token_prompts(3, 16, 1000, 8)
+    # Pinned so a change of generator shows: stored results name their seed.
+    assert synthetic_token_prompts(1, 5, 1000, seed=0)[0] == PINNED_SEED0
+
+
+def test_synthetic_prompts_refuse_a_vocabulary_left_empty():
+    with pytest.raises(ValueError):
+        synthetic_token_prompts(1, 4, vocab_size=2, seed=0, avoid_ids=[0, 1])

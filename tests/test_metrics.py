@@ -1,0 +1,253 @@
+"""Metrics over hand-built requests with known numbers: percentiles, throughput per GPU,
+per-user speed, goodput, the SLA at its edges, and which level the objective picks."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tuner.loadgen import LevelRun
+from tuner.metrics import (
+    MISSING_VIOLATION,
+    objective,
+    percentile,
+    sla_violations,
+    summarize_level,
+)
+from tuner.records import SLA, RequestResult
+
+
+def ok(ttft: float, latency: float, out: int, prompt: int = 10, itl=()) -> RequestResult:
+    return RequestResult(ok=True, start=0.0, ttft_s=ttft, itl_s=list(itl), latency_s=latency,
+                         prompt_tokens=prompt, output_tokens=out)
+
+
+def failed(error: str) -> RequestResult:
+    return RequestResult(ok=False, start=0.0, latency_s=0.01, error=error)
+
+
+# Four requests of 101 output tokens over 2 s. Decode speeds (100 tokens after the first):
+# 100/1.0 = 100, 100/2.0 = 50, 100/0.5 = 200, 100/1.0 = 100 tok/s.
+FOUR = [
+    ok(0.1, 1.1, 101, prompt=10, itl=[0.010, 0.020]),
+    ok(0.2, 2.2, 101, prompt=20, itl=[0.030]),
+    ok(0.3, 0.8, 101, prompt=30, itl=[0.040]),
+    ok(0.4, 1.4, 101, prompt=40),
+]
+
+
+def summarize(results, duration=2.0, gpus=2, sla=None, concurrency=4):
+    run = LevelRun(concurrency=concurrency, results=results, duration_s=duration)
+    return summarize_level(run, gpus, sla or SLA())
+
+
+# percentile
+
+
+def test_percentile_interpolates_linearly_between_ranks():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([10, 20, 30, 40, 50], 90) == pytest.approx(46)
+    assert percentile([40, 10, 30, 20, 50], 90) == pytest.approx(46)  # order does not matter
+
+
+def test_percentile_ends_are_min_and_max_and_one_value_is_every_percentile():
+    assert percentile([3, 1, 2], 0) == 1
+    assert percentile([3, 1, 2], 100) == 3
+    assert percentile([7.5], 10) == 7.5
+    assert percentile([7.5], 99) == 7.5
+
+
+def test_percentile_agrees_with_numpy_default():
+    values = list(np.random.default_rng(0).exponential(size=37))
+    for q in (0, 1, 10, 25, 50, 90, 99, 99.9, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_percentile_of_nothing_is_none_and_q_outside_0_100_is_an_error():
+    assert percentile([], 50) is None
+    with pytest.raises(ValueError):
+        percentile([1, 2], 101)
+    with pytest.raises(ValueError):
+        percentile([1, 2], -1)
+
+
+# summarize_level
+
+
+def test_throughput_counts_output_tokens_over_the_level_duration_and_divides_by_gpus():
+    m = summarize(FOUR, duration=2.0, gpus=2)
+    assert (m.concurrency, m.requests, m.errors) == (4, 4, 0)
+    assert m.duration_s == 2.0
+    assert m.input_tokens == 100
+    assert m.output_tokens == 404
+    assert m.request_throughput == pytest.approx(2.0)
+    assert m.output_tok_s == pytest.approx(202.0)
+    assert m.output_tok_s_per_gpu == pytest.approx(101.0)
+
+
+def test_latency_percentiles_are_in_milliseconds():
+    m = summarize(FOUR)
+    assert m.ttft_p50_ms == pytest.approx(250)
+    assert m.ttft_p90_ms == pytest.approx(370)
+    assert m.ttft_p99_ms == pytest.approx(397)
+    assert m.e2e_p50_ms == pytest.approx(1250)
+    assert m.e2e_p90_ms == pytest.approx(1960)
+
+
+def test_itl_percentiles_pool_the_gaps_of_all_requests():
+    m = summarize(FOUR)  # gaps 10, 20, 30, 40 ms
+    assert m.itl_p50_ms == pytest.approx(25)
+    assert m.itl_p90_ms == pytest.approx(37)
+    assert m.itl_p99_ms == pytest.approx(39.7)
+
+
+def test_per_user_speed_is_output_after_the_first_token_over_decode_time():
+    m = summarize(FOUR)  # speeds 50, 100, 100, 200 tok/s; TPOT 20, 10, 10, 5 ms
+    assert m.tok_s_per_user_p50 == pytest.approx(100)
+    # p90 per user is the speed 90% of requests reach: the 10th percentile, 50 + 0.3 * 50.
+    assert m.tok_s_per_user_p90 == pytest.approx(65)
+    assert m.tpot_p50_ms == pytest.approx(10)
+    assert m.tpot_p90_ms == pytest.approx(17)
+
+
+def test_a_single_token_request_has_no_decode_speed():
+    m = summarize([ok(0.1, 0.1, 1), ok(0.1, 1.1, 101)])
+    assert m.tok_s_per_user_p50 == pytest.approx(100)
+    assert m.tok_s_per_user_p90 == pytest.approx(100)
+    assert m.output_tokens == 102
+
+
+def test_failed_requests_are_counted_not_measured_and_the_first_error_is_kept():
+    m = summarize([*FOUR, failed("HTTP 500: boom"), failed("TimeoutError")])
+    assert (m.requests, m.errors) == (6, 2)
+    assert m.output_tokens == 404
+    assert m.request_throughput == pytest.approx(2.0)
+    assert m.ttft_p50_ms == pytest.approx(250)
+    assert m.error_sample == "HTTP 500: boom"
+
+
+def test_a_level_without_a_successful_request_has_no_percentiles_and_zero_throughput():
+    m = summarize([failed("ClientConnectorError: refused")])
+    assert (m.requests, m.errors, m.output_tok_s, m.goodput_rps) == (1, 1, 0.0, 0.0)
+    assert m.ttft_p90_ms is None and m.tok_s_per_user_p90 is None and m.itl_p50_ms is None
+    assert not m.meets_sla
+
+
+def test_zero_duration_gives_zero_rates_not_a_division_error():
+    m = summarize([], duration=0.0)
+    assert (m.requests, m.output_tok_s, m.request_throughput, m.goodput_rps) == (0, 0.0, 0.0, 0.0)
+    assert not m.meets_sla
+
+
+# goodput and the SLA
+
+
+def test_without_targets_goodput_is_every_successful_request():
+    m = summarize([*FOUR, failed("x")])
+    assert m.goodput_rps == pytest.approx(2.0)
+
+
+def test_goodput_counts_requests_meeting_every_target_each_at_its_edge():
+    # TTFTs 100, 200, 300, 400 ms; speeds 100, 50, 200, 100 tok/s.
+    assert summarize(FOUR, sla=SLA(ttft_p90_ms=200)).goodput_rps == pytest.approx(1.0)
+    assert summarize(FOUR, sla=SLA(min_tok_s_per_user_p90=100)).goodput_rps == pytest.approx(1.5)
+    both = SLA(ttft_p90_ms=200, min_tok_s_per_user_p90=100)
+    assert summarize(FOUR, sla=both).goodput_rps == pytest.approx(0.5)  # only the first
+
+
+def test_a_request_without_decode_speed_does_not_meet_a_speed_target():
+    m = summarize([ok(0.1, 0.1, 1)], sla=SLA(min_tok_s_per_user_p90=1))
+    assert m.goodput_rps == 0.0
+    assert not m.meets_sla
+
+
+def test_meets_sla_when_p90_ttft_equals_the_target_and_not_a_hair_below():
+    p90 = summarize(FOUR).ttft_p90_ms
+    assert summarize(FOUR, sla=SLA(ttft_p90_ms=p90)).meets_sla
+    assert not summarize(FOUR, sla=SLA(ttft_p90_ms=math.nextafter(p90, 0))).meets_sla
+
+
+def test_meets_sla_when_p90_speed_equals_the_target_and_not_a_hair_above():
+    p90 = summarize(FOUR).tok_s_per_user_p90
+    assert summarize(FOUR, sla=SLA(min_tok_s_per_user_p90=p90)).meets_sla
+    assert not summarize(FOUR, sla=SLA(min_tok_s_per_user_p90=math.nextafter(p90, 1e9))).meets_sla
+
+
+def test_a_single_error_breaks_the_sla_even_when_the_figures_meet_it():
+    loose = SLA(ttft_p90_ms=10_000, min_tok_s_per_user_p90=1)
+    assert summarize(FOUR, sla=loose).meets_sla
+    assert not summarize([*FOUR, failed("x")], sla=loose).meets_sla
+    assert summarize([*FOUR, failed("x")], sla=loose).goodput_rps == pytest.approx(2.0)
+
+
+# sla_violations
+
+
+def test_violations_are_measured_minus_target_for_ttft_and_target_minus_measured_for_speed():
+    sla = SLA(ttft_p90_ms=300, min_tok_s_per_user_p90=80)
+    m = summarize([*FOUR, failed("x")], sla=sla)  # p90 TTFT 370 ms, p90 speed 65 tok/s
+    assert sla_violations(m, sla) == pytest.approx(
+        {"errors": 1.0, "ttft_p90_ms": 70.0, "tok_s_per_user_p90": 15.0})
+
+
+def test_only_set_targets_become_constraints_and_errors_always_do():
+    m = summarize(FOUR)
+    assert sla_violations(m, SLA()) == {"errors": 0.0}
+    assert set(sla_violations(m, SLA(ttft_p90_ms=1))) == {"errors", "ttft_p90_ms"}
+    assert set(sla_violations(m, SLA(min_tok_s_per_user_p90=1))) == {"errors",
+                                                                    "tok_s_per_user_p90"}
+
+
+def test_figures_that_could_not_be_measured_are_a_large_finite_violation():
+    sla = SLA(ttft_p90_ms=100, min_tok_s_per_user_p90=10)
+    m = summarize([failed("x")], sla=sla)
+    assert sla_violations(m, sla) == {"errors": 1.0, "ttft_p90_ms": MISSING_VIOLATION,
+                                      "tok_s_per_user_p90": MISSING_VIOLATION}
+
+
+@pytest.mark.parametrize("results", [FOUR, [*FOUR, failed("x")], FOUR[:1]])
+@pytest.mark.parametrize("sla", [SLA(), SLA(ttft_p90_ms=300), SLA(ttft_p90_ms=500),
+                                 SLA(min_tok_s_per_user_p90=60),
+                                 SLA(ttft_p90_ms=500, min_tok_s_per_user_p90=70)])
+def test_constraints_are_satisfied_exactly_when_the_level_meets_the_sla(results, sla):
+    m = summarize(results, sla=sla)
+    assert all(v <= 0 for v in sla_violations(m, sla).values()) == m.meets_sla
+
+
+# objective
+
+
+def level(concurrency: int, tok_s_per_gpu: float, meets: bool, errors: int = 0, requests: int = 4):
+    return replace(summarize(FOUR), concurrency=concurrency, output_tok_s_per_gpu=tok_s_per_gpu,
+                   meets_sla=meets, errors=errors, requests=requests)
+
+
+def test_objective_is_the_best_level_that_meets_the_sla_even_when_a_failing_one_is_faster():
+    levels = [level(1, 50, True), level(4, 120, True), level(16, 300, False)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (120, 4, True)
+
+
+def test_without_a_level_meeting_the_sla_the_best_measured_level_is_returned_as_infeasible():
+    levels = [level(1, 50, False), level(4, 120, False, errors=1), level(16, 90, False)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (120, 4, False)
+
+
+def test_levels_where_every_request_failed_are_not_candidates():
+    levels = [level(1, 0.0, False, errors=4), level(4, 10, False, errors=3)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (10, 4, False)
+    assert objective([level(1, 0.0, False, errors=4)]) == (None, None, False)
+
+
+def test_nothing_measured_gives_no_value():
+    assert objective([]) == (None, None, False)
+
+
+def test_ties_go_to_the_lower_concurrency_listed_first():
+    value, best, feasible = objective([level(2, 100, True), level(8, 100, True)])
+    assert (value, best.concurrency, feasible) == (100, 2, True)

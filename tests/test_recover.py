@@ -1,0 +1,72 @@
+"""After a tuner dies mid-trial, the next run on that host cleans up what it left."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+
+from tuner.store import Store
+from tuner.study import _worker_id, optuna_storage, recover
+
+
+@pytest.fixture
+def setup(tmp_path):
+    url = f"sqlite:///{tmp_path}/tuner.db"
+    store = Store.open(url)
+    store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec={}, space={},
+                       tuner_version="test")
+    study = optuna.create_study(study_name="s", storage=optuna_storage(url),
+                                direction="maximize")
+    host = socket.gethostname()
+    said: list[str] = []
+    ctx = SimpleNamespace(store=store, name="s", inventory=SimpleNamespace(host=host),
+                          say=said.append)
+    return ctx, study, host, said
+
+
+def _running_trial(ctx, study, host, worker):
+    trial = study.ask({"max_num_seqs": optuna.distributions.CategoricalDistribution([4, 16])})
+    trial.set_user_attr("worker_host", host)
+    trial.set_user_attr("worker", worker)
+    tid = ctx.store.start_trial("s", trial.number, trial.params, worker_host=host,
+                                worker_pid=0)
+    return trial, tid
+
+
+def test_a_dead_workers_server_is_reaped_and_its_trial_failed(setup):
+    ctx, study, host, said = setup
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dead_worker = f"{dead.pid}:{psutil.Process().create_time() - 5:.3f}"
+    trial, tid = _running_trial(ctx, study, host, dead_worker)
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                start_new_session=True)
+    ctx.store.record_server(tid, host=host, pid=leftover.pid, pgid=leftover.pid,
+                            create_time=psutil.Process(leftover.pid).create_time(),
+                            log_path="/nonexistent/server.log")
+    live_trial, live_tid = _running_trial(ctx, study, host, _worker_id())
+
+    try:
+        recover(ctx, study)
+        assert leftover.wait(timeout=30) is not None  # the leftover server is gone
+    finally:
+        if leftover.poll() is None:
+            os.killpg(leftover.pid, 9)
+
+    assert ctx.store.unstopped_servers(host) == []
+    failed = ctx.store.trial("s", trial.number)
+    assert (failed.state, failed.failure_kind) == ("failed", "interrupted")
+    by_number = {t.number: t for t in study.get_trials()}
+    assert by_number[trial.number].state == TrialState.FAIL
+    # A trial whose tuner is alive (another worker, here this very process) is left running.
+    assert by_number[live_trial.number].state == TrialState.RUNNING
+    assert ctx.store.trial("s", live_trial.number).state == "running"
+    assert any("interrupted" in line for line in said)

@@ -1,0 +1,86 @@
+"""The vLLM adapter: trial parameters -> `vllm serve --config` YAML, env and argv.
+
+The contract test feeds the emitted YAML to the installed vLLM's own argument parser: every flag
+tuner writes must be one vLLM accepts, with the value tuner meant.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.conftest import vllm_available
+from tuner.engines import EngineSettings, get_adapter
+from tuner.hardware import Inventory
+
+CPU2 = Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2 cores", host="h")
+GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8 GPUs", host="h")
+SETTINGS = EngineSettings(executable="vllm", model="/models/tiny",
+                          args={"max-model-len": 512, "enforce-eager": True,
+                                "enable-prefix-caching": False},
+                          env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+CONFIG = {"tensor_parallel_size": 2, "data_parallel_size": 1, "enable_expert_parallel": True,
+          "max_num_seqs": 16, "max_num_batched_tokens": 2048, "speculative_method": "ngram",
+          "num_speculative_tokens": 4}
+
+
+def plan(config=CONFIG, inventory=CPU2, devices=(0, 1)):
+    return get_adapter("vllm").launch_plan(config, SETTINGS, host="127.0.0.1", port=8123,
+                                           inventory=inventory, devices=list(devices))
+
+
+def test_parameters_become_vllm_config_keys_and_only_host_and_port_stay_on_the_command_line():
+    p = plan()
+    assert p.argv == ["vllm", "serve", "/models/tiny", "--config", "config.yaml",
+                      "--host", "127.0.0.1", "--port", "8123"]
+    assert yaml.safe_load(p.files["config.yaml"]) == {
+        "max-model-len": 512, "enforce-eager": True, "enable-prefix-caching": False,
+        "tensor-parallel-size": 2, "data-parallel-size": 1, "enable-expert-parallel": True,
+        "max-num-seqs": 16, "max-num-batched-tokens": 2048,
+        "speculative-config": {"method": "ngram", "num_speculative_tokens": 4},
+    }
+    assert p.gpus == 2 and p.model == "/models/tiny"
+
+
+def test_no_speculative_config_without_speculation():
+    p = plan({"tensor_parallel_size": 1, "speculative_method": "none"})
+    assert "speculative-config" not in yaml.safe_load(p.files["config.yaml"])
+
+
+def test_cpu_ranks_get_their_own_cores_and_gpus_their_own_devices():
+    assert plan().env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in plan({"tensor_parallel_size": 1}).env
+    gpu = plan({"tensor_parallel_size": 4}, GPU8, devices=[4, 5, 6, 7])
+    assert gpu.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert gpu.env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the spec's env is kept
+
+
+def test_the_launch_command_points_at_the_exported_config():
+    adapter = get_adapter("vllm")
+    assert adapter.launch_command(plan(), "/etc/tuner/")[3:5] == ["--config",
+                                                                  "/etc/tuner/config.yaml"]
+
+
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+def test_vllms_own_parser_accepts_every_flag_tuner_emits(tmp_path):
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    p = plan()
+    (tmp_path / "config.yaml").write_text(p.files["config.yaml"])
+    parser = make_arg_parser(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", p.model, "--config", str(tmp_path / "config.yaml"),
+                              "--host", p.host, "--port", str(p.port)])
+    assert args.tensor_parallel_size == 2
+    assert args.data_parallel_size == 1
+    assert args.enable_expert_parallel is True
+    assert args.max_num_seqs == 16
+    assert args.max_num_batched_tokens == 2048
+    assert args.enable_prefix_caching is False
+    assert args.enforce_eager is True
+    assert args.max_model_len == 512
+    assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 4}
+
+    (tmp_path / "bad.yaml").write_text("max-num-seqz: 16\n")
+    with pytest.raises(SystemExit):  # the parser really refuses what it does not know
+        parser.parse_args(["--model", p.model, "--config", str(tmp_path / "bad.yaml")])

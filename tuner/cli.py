@@ -1,0 +1,211 @@
+"""The command line: a thin layer over validated specs and the store.
+
+Exit statuses: 0 ok; 2 bad input (a spec, flag, file or database that cannot be used as given);
+3 no result (no trial met the SLA); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tuner.errors import EXIT_INTERRUPTED, BadInput, NoResult, TunerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest way to serve an LLM by launching real serving trials.")
+model_app = typer.Typer(no_args_is_help=True, help="Generate models to tune on.")
+app.add_typer(model_app, name="model")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL "
+                                                "(default: sqlite:///tuner.db).")]
+StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
+                                              "study in the database).")]
+
+
+def _say(line: str) -> None:
+    out.print(line)
+
+
+@model_app.command("tiny")
+def model_tiny(out_dir: Annotated[Path, typer.Option("--out", help="Directory to write.")],
+               seed: int = 0) -> None:
+    """A tiny gpt-oss (MoE) model with random weights and a local tokenizer; no hub access."""
+    from tuner.tinymodel import generate_tiny_gpt_oss
+
+    path = generate_tiny_gpt_oss(out_dir, seed=seed)
+    out.print(f"tiny gpt-oss model written to {path}")
+
+
+@app.command()
+def run(
+    spec_path: Annotated[Path, typer.Argument(metavar="STUDY.yaml", help="The study spec.")],
+    storage: StorageOpt = None,
+    n_trials: Annotated[int | None, typer.Option("--n-trials", min=1, help="The study's total "
+                        "trial budget (overrides budget.n_trials).")] = None,
+    study_name: Annotated[str | None, typer.Option("--study-name", help="Overrides the spec's "
+                          "name; the same name resumes a study.")] = None,
+    export_dir: Annotated[Path | None, typer.Option("--export-dir", help="Where the best "
+                          "configuration is exported (default tuner-exports/STUDY).")] = None,
+) -> None:
+    """Run (or resume) a tuning study of real serving trials, then export the best one."""
+    from tuner.export import best_trial, write_export
+    from tuner.spec import load_spec
+    from tuner.study import prepare, run_study
+
+    spec = load_spec(spec_path)
+    ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
+    run_study(ctx, n_trials or spec.budget.n_trials)
+    study = ctx.store.get_study(ctx.name)
+    trials = ctx.store.trials(ctx.name)
+    _print_trials(trials)
+    best = best_trial(study, trials)
+    files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name)
+    _print_best(study, best)
+    out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))
+
+
+def _open(storage: str | None):
+    from tuner.spec import DEFAULT_STORAGE
+    from tuner.store import Store, StoreError
+
+    try:
+        return Store.open(storage or DEFAULT_STORAGE, create=False)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def _pick_study(store, name: str | None):
+    studies = store.list_studies()
+    if name is not None:
+        found = store.get_study(name)
+        if found is None:
+            names = ", ".join(s.name for s in studies) or "none"
+            raise BadInput(f"--study {name}: no such study in this database (studies: {names})")
+        return found
+    if not studies:
+        raise NoResult("the database holds no study yet: run `tuner run STUDY.yaml` first")
+    if len(studies) > 1:
+        names = ", ".join(s.name for s in studies)
+        raise BadInput(f"the database holds several studies ({names}): choose one with --study")
+    return studies[0]
+
+
+def _table(frame, width: int = 70) -> str:
+    """A frame as text: numbers with thousands separators, '-' for missing, long text cut."""
+    def cell(v):
+        if v is None or (isinstance(v, float) and v != v):
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
+        text = str(v)
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    return frame.astype(object).map(cell).to_string(index=False)
+
+
+def _print_trials(trials) -> None:
+    from tuner.report import trials_frame
+
+    frame = trials_frame(trials)
+    out.print(_table(frame) if not frame.empty else "no trials yet")
+
+
+def _print_best(study, best) -> None:
+    from tuner.report import measurements_frame
+    from tuner.study import describe
+
+    out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
+    out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
+              f"{study.engine} {best.engine_version or ''}".rstrip())
+    out.print(_table(measurements_frame(best)))
+
+
+@app.command()
+def status(storage: StorageOpt = None, study: StudyOpt = None) -> None:
+    """Studies in the database; with --study (or a single study), its trials."""
+    from tuner.report import studies_frame
+
+    store = _open(storage)
+    studies = store.list_studies()
+    if study is None and len(studies) != 1:
+        if not studies:
+            out.print("the database holds no study yet")
+            return
+        out.print(_table(studies_frame(studies, store.trials)))
+        return
+    chosen = _pick_study(store, study)
+    out.print(_table(studies_frame([chosen], store.trials)))
+    out.print("")
+    _print_trials(store.trials(chosen.name))
+
+
+@app.command()
+def best(storage: StorageOpt = None, study: StudyOpt = None) -> None:
+    """The best trial that met the SLA; exits 3 when there is none."""
+    from tuner.export import best_trial
+
+    store = _open(storage)
+    chosen = _pick_study(store, study)
+    _print_best(chosen, best_trial(chosen, store.trials(chosen.name)))
+
+
+@app.command()
+def export(
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    fmt: Annotated[list[str] | None, typer.Option("--format", help="vllm (config.yaml + "
+                   "launch.sh) or json (best.json); repeat for several.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default "
+                       "tuner-exports/STUDY).")] = None,
+    trial: Annotated[int | None, typer.Option("--trial", help="Export this trial instead of "
+                     "the best.")] = None,
+) -> None:
+    """Export the best configuration (or --trial N) as files a deploy runs as-is."""
+    from tuner.export import FORMATS, best_trial, write_export
+
+    store = _open(storage)
+    chosen = _pick_study(store, study)
+    trials = store.trials(chosen.name)
+    if trial is None:
+        picked = best_trial(chosen, trials)
+    else:
+        picked = next((t for t in trials if t.number == trial and t.state == "complete"), None)
+        if picked is None:
+            raise BadInput(f"--trial {trial}: no complete trial with that number in study "
+                           f"{chosen.name}")
+    files = write_export(chosen, picked, out_dir or Path("tuner-exports") / chosen.name,
+                         tuple(fmt or FORMATS))
+    for f in files:
+        out.print(str(f))
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except TunerError as e:
+        err.print(f"error: {e}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted: the running trial was stopped and recorded as failed")
+        sys.exit(EXIT_INTERRUPTED)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors come through here in standalone_mode=False
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            err.print(f"error: {e.format_message()}")
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+
+
+if __name__ == "__main__":
+    main()

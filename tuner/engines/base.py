@@ -1,0 +1,68 @@
+"""The interface the study loop needs from an engine. The loop imports nothing else of engines.
+
+An adapter turns a trial configuration (canonical parameters, see tuner.space) plus the study's
+fixed settings into a LaunchPlan: the exact argv, environment and files of one server. The same
+plan, placed on default devices, is what gets exported, so a deploy runs what was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from tuner.hardware import Inventory
+
+
+@dataclass
+class LaunchPlan:
+    engine: str
+    argv: list[str]  # argv[0] is the engine executable as given in the spec
+    env: dict[str, str]  # only what tuner sets, on top of the inherited environment
+    files: dict[str, str]  # file name -> content, written into the server's working directory
+    host: str
+    port: int
+    model: str  # the name requests must use
+    gpus: int  # devices this server occupies (the per-GPU divisor)
+    health_path: str = "/health"
+    version_path: str | None = "/version"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class EngineSettings:
+    """The study's fixed engine settings (from the spec), apart from the searched parameters."""
+
+    executable: str
+    model: str
+    args: dict[str, Any]
+    env: dict[str, str]
+
+
+class EngineAdapter(Protocol):
+    name: str
+    # Canonical parameters this engine can express; a space naming others is refused.
+    supported_parameters: frozenset[str]
+
+    def launch_plan(
+        self,
+        config: dict[str, Any],
+        settings: EngineSettings,
+        *,
+        host: str,
+        port: int,
+        inventory: Inventory,
+        devices: list[int],
+    ) -> LaunchPlan:
+        """Called once per trial before launch, and again at export time with devices 0..n-1."""
+        ...
+
+    def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        """The argv a user runs by hand with the plan's files stored in config_dir."""
+        ...

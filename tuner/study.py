@@ -1,0 +1,504 @@
+"""The study loop: ask Optuna, check feasibility, run a real serving trial, record, tell.
+
+Budget: `n_trials` counts trials that launched a server and reached a verdict (complete or
+failed). Infeasible samples and repeats of a finished configuration cost no server and do not
+count; a trial cut short by an interrupted tuner does not count either (it is marked failed, and
+the study runs another in its place).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import TrialState
+
+import tuner
+from tuner.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
+from tuner.errors import BadInput
+from tuner.failures import tail
+from tuner.hardware import Inventory, detect
+from tuner.launcher import LaunchFailure, ServerProcess, free_port, port_is_free, stop_group
+from tuner.loadgen import run_sweep
+from tuner.metrics import objective, sla_violations, summarize_level
+from tuner.prompts import synthetic_token_prompts
+from tuner.records import LevelMeasurement
+from tuner.space import ModelShape, SearchSpace, infeasibility, load_space, read_model_shape
+from tuner.spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
+from tuner.store import Store, StoreError, TrialRecord
+
+HOST = "127.0.0.1"
+MAX_IDLE_ASKS = 10
+# Parts of a spec that define what is measured: a resumed study must not change them.
+_DEFINING = ("model", "engine", "hardware", "workload", "sla", "objective")
+Say = Callable[[str], None]
+
+
+@dataclass
+class TrialResult:
+    number: int
+    params: dict[str, Any]
+    state: str  # complete | failed | infeasible
+    objective: float | None = None
+    meets_sla: bool | None = None
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    measurements: list[LevelMeasurement] = field(default_factory=list)
+
+
+@dataclass
+class StudyContext:
+    spec: StudySpec
+    name: str
+    space: SearchSpace
+    adapter: EngineAdapter
+    inventory: Inventory
+    shape: ModelShape
+    settings: EngineSettings
+    store: Store
+    storage_url: str
+    runs_dir: Path
+    say: Say
+
+
+# ---------------------------------------------------------------- preparing (no side effects)
+
+
+def resolve_executable(executable: str) -> str:
+    """The engine command: an explicit path, the one beside this Python (same venv), or PATH."""
+    if os.sep in executable:
+        if os.access(executable, os.X_OK):
+            return str(Path(executable).resolve())
+    else:
+        beside = Path(sys.executable).parent / executable
+        if os.access(beside, os.X_OK):
+            return str(beside)
+        found = shutil.which(executable)
+        if found:
+            return found
+    raise BadInput(
+        f"engine.executable {executable!r} was not found (beside {sys.executable} or on PATH): "
+        "install the engine (`make install` installs vLLM's CPU build) or set engine.executable"
+    )
+
+
+def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> None:
+    if space.engine != spec.engine.name:
+        raise BadInput(
+            f"search_space {space.name} is for engine {space.engine}, the spec's engine.name is "
+            f"{spec.engine.name}: use a space of that engine"
+        )
+    unsupported = set(space.parameters) - adapter.supported_parameters
+    if unsupported:
+        raise BadInput(
+            f"search_space {space.name}: {adapter.name} cannot express {sorted(unsupported)}"
+        )
+
+
+def ensure_model(spec: StudySpec, say: Say) -> Path:
+    path = Path(spec.model.path).expanduser()
+    if not path.exists():
+        if spec.model.generate is None:
+            raise BadInput(
+                f"model.path {spec.model.path} does not exist: create it with "
+                f"`tuner model tiny --out {spec.model.path}` or add `generate: tiny-gpt-oss`"
+            )
+        from tuner.tinymodel import generate_tiny_gpt_oss
+
+        say(f"generating the tiny gpt-oss model at {path} (seed {spec.model.seed})")
+        generate_tiny_gpt_oss(path, seed=spec.model.seed)
+    return path.resolve()
+
+
+def open_store(url: str) -> Store:
+    try:
+        return Store.open(url)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def prepare(
+    spec: StudySpec, spec_path: Path, *, storage_url: str | None, study_name: str | None, say: Say
+) -> StudyContext:
+    """Validate everything a study needs, in an order that touches nothing until it all holds."""
+    space = load_space(resolve_space_path(spec, spec_path))
+    adapter = get_adapter(spec.engine.name)
+    check_space(spec, space, adapter)
+    inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
+    executable = resolve_executable(spec.engine.executable)
+    if spec.engine.port is not None and not port_is_free(HOST, spec.engine.port):
+        raise BadInput(
+            f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
+            "out to use a free port"
+        )
+    url = storage_url or spec.storage or DEFAULT_STORAGE
+    store = open_store(url)
+    model_dir = ensure_model(spec, say)
+    shape = read_model_shape(model_dir)
+    settings = EngineSettings(
+        executable=executable, model=str(model_dir), args=dict(spec.engine.args),
+        env=dict(spec.engine.env),
+    )
+    name = study_name or spec.name
+    return StudyContext(
+        spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
+        settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
+        say=say,
+    )
+
+
+# ---------------------------------------------------------------- Optuna plumbing
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 30}
+    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
+    s = spec.sampler
+    if s.name == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+
+
+def load_or_create_study(ctx: StudyContext) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec_dict = ctx.spec.model_dump(mode="json")
+    existing = ctx.store.get_study(ctx.name)
+    if existing is not None:
+        changed = [k for k in _DEFINING if existing.spec.get(k) != spec_dict.get(k)]
+        if existing.space != ctx.space.model_dump(mode="json"):
+            changed.append("search_space")
+        if changed:
+            raise BadInput(
+                f"study {ctx.name} already exists with a different {', '.join(changed)}: "
+                "pass --study-name NEW to start a new study, or restore the spec"
+            )
+    ctx.store.ensure_study(
+        ctx.name, engine=ctx.spec.engine.name, model=ctx.settings.model,
+        gpu_type=ctx.spec.hardware.gpu_type, spec=spec_dict,
+        space=ctx.space.model_dump(mode="json"), tuner_version=tuner.__version__,
+    )
+    return optuna.create_study(
+        study_name=ctx.name, storage=optuna_storage(ctx.storage_url), direction="maximize",
+        sampler=make_sampler(ctx.spec), load_if_exists=True,
+    )
+
+
+# ---------------------------------------------------------------- recovery after a crash
+
+
+def _worker_id() -> str:
+    me = psutil.Process()
+    return f"{me.pid}:{me.create_time():.3f}"
+
+
+def _worker_alive(worker: str | None) -> bool:
+    try:
+        pid, created = worker.split(":") if worker else ("", "")
+        return abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.01
+    except (ValueError, psutil.Error):
+        return False
+
+
+def recover(ctx: StudyContext, study: optuna.Study) -> None:
+    """Reap servers left by a dead tuner on this host; mark its unfinished trials failed."""
+    host = ctx.inventory.host
+    for server in ctx.store.unstopped_servers(host):
+        left = stop_group(server.pgid, server.create_time, grace_s=10)
+        ctx.store.mark_server_stopped(server.trial_id)
+        if left:
+            ctx.say(f"stopped {left} leftover server process(es) of an interrupted trial "
+                    f"(pid {server.pid})")
+    for ft in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if ft.user_attrs.get("worker_host") != host or _worker_alive(ft.user_attrs.get("worker")):
+            continue
+        reason = "interrupted: the tuner process running this trial died"
+        study._storage.set_trial_user_attr(ft._trial_id, "failure_kind", "interrupted")
+        study._storage.set_trial_state_values(ft._trial_id, TrialState.FAIL)
+        record = ctx.store.trial(ctx.name, ft.number)
+        if record is not None and record.state == "running":
+            ctx.store.finish_trial(record.id, state="failed", failure_kind="interrupted",
+                                   failure_reason=reason, log_tail=_read_tail(record.log_path))
+        ctx.say(f"trial {ft.number} was interrupted by a crash of its tuner: marked failed")
+
+
+def _read_tail(path: str | None, n: int = 40) -> str | None:
+    if not path:
+        return None
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- one trial
+
+
+def describe(params: dict[str, Any]) -> str:
+    short = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
+             "enable_expert_parallel": "ep", "max_num_seqs": "seqs",
+             "max_num_batched_tokens": "batched", "speculative_method": "spec",
+             "num_speculative_tokens": "draft", "prompt_lookup_max": "lookup"}
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, bool):
+            v = "on" if v else "off"
+        parts.append(f"{short.get(k, k)}={v}")
+    return " ".join(parts)
+
+
+def _level_line(m: LevelMeasurement) -> str:
+    def f(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    verdict = "meets SLA" if m.meets_sla else "misses SLA"
+    errs = f"  {m.errors} errors" if m.errors else ""
+    return (f"    c={m.concurrency:<4} {m.output_tok_s_per_gpu:>9,.0f} tok/s/GPU  "
+            f"TTFT p90 {f(m.ttft_p90_ms, ',.0f')} ms  user p90 "
+            f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}")
+
+
+def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
+            deadline: float) -> list[LevelMeasurement]:
+    w = ctx.spec.workload
+    prompts = synthetic_token_prompts(
+        # One fresh prompt per request of the whole sweep: none is served from a prefix cache.
+        n=len(w.concurrency) * (w.warmup_requests + w.requests_per_level), input_len=w.input_len,
+        vocab_size=ctx.shape.vocab_size, seed=w.seed, avoid_ids=(),
+    )
+    sla = ctx.spec.sla.to_sla()
+    levels: list[LevelMeasurement] = []
+
+    def on_level(run) -> None:
+        m = summarize_level(run, plan.gpus, sla)
+        levels.append(m)
+        ctx.say(_level_line(m))
+
+    run_sweep(
+        plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
+        w.warmup_requests, w.request_timeout_s, on_level=on_level,
+        stop=lambda: not server.alive() or time.monotonic() > deadline,
+    )
+    return levels
+
+
+def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
+              params: dict[str, Any]) -> TrialResult:
+    devices = list(ctx.inventory.devices)
+    port = ctx.spec.engine.port or free_port(HOST)
+    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
+                                   inventory=ctx.inventory, devices=devices)
+    workdir = ctx.runs_dir / f"trial-{trial.number:04d}"
+    server = ServerProcess(plan, workdir)
+    trial.set_user_attr("worker_host", ctx.inventory.host)
+    trial.set_user_attr("worker", _worker_id())
+    trial_id = ctx.store.start_trial(
+        ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
+        launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),
+        log_path=str(server.log_path),
+    )
+    result = TrialResult(trial.number, params, "failed")
+    levels: list[LevelMeasurement] = []
+    engine_version = None
+    t0 = time.monotonic()
+    deadline = t0 + ctx.spec.budget.trial_timeout_s
+    try:
+        server.start()
+        ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
+                                pgid=server.pid, create_time=server.create_time or 0.0,
+                                log_path=str(server.log_path))
+        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0))
+        engine_version = server.engine_version()
+        ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        levels = measure(ctx, server, plan, deadline)
+        failure = _verdict(ctx, server, levels, deadline)
+        if failure:
+            raise failure
+        value, best, meets = objective(levels)
+        result.state, result.objective, result.meets_sla = "complete", value, meets
+        for key, v in sla_violations(best, ctx.spec.sla.to_sla()).items():
+            trial.set_constraint(key, v)
+        trial.set_user_attr("best_concurrency", best.concurrency)
+        trial.set_user_attr("meets_sla", meets)
+    except LaunchFailure as f:
+        result.failure_kind, result.failure_reason = f.kind, f.reason
+        ctx.say(f"  failed ({f.kind}): {f.reason}")
+        log_tail = f.log_tail
+    except BaseException:  # Ctrl-C, SIGTERM: record, stop the server, let it propagate
+        server.stop()
+        ctx.store.mark_server_stopped(trial_id)
+        ctx.store.finish_trial(trial_id, state="failed", failure_kind="interrupted",
+                               failure_reason="interrupted: the tuner was stopped",
+                               log_tail=_read_tail(str(server.log_path)), measurements=levels)
+        trial.set_user_attr("failure_kind", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    else:
+        log_tail = None
+    finally:
+        if server.proc is not None and server.alive():
+            server.stop()
+    ctx.store.mark_server_stopped(trial_id)
+    result.measurements = levels
+    ctx.store.finish_trial(
+        trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
+        failure_kind=result.failure_kind, failure_reason=result.failure_reason,
+        log_tail=log_tail, engine_version=engine_version, measurements=levels,
+    )
+    if result.state == "complete":
+        study.tell(trial, result.objective)
+    else:
+        trial.set_user_attr("failure_kind", result.failure_kind)
+        trial.set_user_attr("failure_reason", result.failure_reason)
+        study.tell(trial, state=TrialState.FAIL)
+    return result
+
+
+def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasurement],
+             deadline: float) -> LaunchFailure | None:
+    """A trial whose server died, that ran out of time, or whose requests all failed, failed."""
+    errors = any(m.errors for m in levels)
+    if errors:
+        # A crash under load shows as failed requests first; give the process a moment to exit.
+        for _ in range(20):
+            if not server.alive():
+                break
+            time.sleep(0.25)
+    if not server.alive():
+        return server.failure()
+    if len(levels) < len(ctx.spec.workload.concurrency):
+        if time.monotonic() > deadline:
+            limit = ctx.spec.budget.trial_timeout_s
+            return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",
+                                 tail(server.log_text()))
+        return server.failure("request_errors", "the sweep ended early")
+    dead = [m for m in levels if m.requests and m.errors == m.requests]
+    if dead:
+        f = server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
+                           f"{dead[0].error_sample}")
+        return f
+    return None
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def _finished_configs(ctx: StudyContext) -> dict[str, TrialRecord]:
+    done = {}
+    for t in ctx.store.trials(ctx.name):
+        if t.state == "complete" or (t.state == "failed" and t.failure_kind != "interrupted"):
+            done.setdefault(_key(t.params), t)
+    return done
+
+
+def _key(params: dict[str, Any]) -> str:
+    return repr(sorted(params.items()))
+
+
+def _tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) -> None:
+    """A repeat of a finished configuration: tell Optuna the earlier result, launch nothing."""
+    trial.set_user_attr("repeat_of", earlier.number)
+    if earlier.state == "complete":
+        ft = next(t for t in study.get_trials(deepcopy=False) if t.number == earlier.number)
+        for k, v in ft.constraints.items():
+            trial.set_constraint(k, v)
+        study.tell(trial, ft.value)
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM ends a study like Ctrl-C does, so servers are stopped and trials recorded."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
+    study = load_or_create_study(ctx)
+    recover(ctx, study)
+    feasible = [c for c in ctx.space.enumerate()
+                if infeasibility(c, ctx.shape, len(ctx.inventory.devices)) is None]
+    done = _finished_configs(ctx)
+    ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
+            f"{len(feasible)} feasible on {ctx.inventory.description}; "
+            f"{len(done)} of {n_trials} trials done; storage {mask_url(ctx.storage_url)}")
+    results: list[TrialResult] = []
+    started = time.monotonic()
+    timeout = ctx.spec.budget.timeout_min
+    infeasible_seen: set[str] = set()
+    idle = 0  # asks in a row that launched nothing
+    rng = random.Random(ctx.spec.sampler.seed)
+    with sigterm_as_interrupt():
+        while len(done) < n_trials:
+            untried = [c for c in feasible if _key(c) not in done]
+            if not untried:
+                ctx.say("every feasible configuration of the space has been tried")
+                break
+            if timeout and time.monotonic() - started > timeout * 60:
+                ctx.say(f"budget.timeout_min ({timeout:g} min) reached: no new trial started")
+                break
+            if idle >= MAX_IDLE_ASKS:
+                # The sampler keeps proposing what is known: hand it an untried configuration.
+                study.enqueue_trial(rng.choice(untried))
+                idle = 0
+            trial = study.ask()
+            params = ctx.space.sample(trial)
+            key = _key(params)
+            if key in done:
+                _tell_repeat(study, trial, done[key])
+                idle += 1
+                continue
+            reason = infeasibility(params, ctx.shape, len(ctx.inventory.devices))
+            if reason:
+                trial.set_user_attr("failure_kind", "infeasible")
+                trial.set_user_attr("failure_reason", reason)
+                study.tell(trial, state=TrialState.FAIL)
+                idle += 1
+                if key not in infeasible_seen:
+                    infeasible_seen.add(key)
+                    ctx.store.record_infeasible(ctx.name, trial.number, params, reason)
+                    ctx.say(f"trial {trial.number}  {describe(params)}\n  infeasible: {reason}")
+                    results.append(TrialResult(trial.number, params, "infeasible",
+                                               failure_kind="infeasible", failure_reason=reason))
+                continue
+            idle = 0
+            ctx.say(f"trial {trial.number}  {describe(params)}  ({len(done) + 1}/{n_trials})")
+            result = run_trial(ctx, study, trial, params)
+            results.append(result)
+            done[key] = ctx.store.trial(ctx.name, trial.number)
+            if result.state == "complete":
+                verdict = "meets SLA" if result.meets_sla else "misses SLA"
+                ctx.say(f"  -> {result.objective:,.0f} tok/s/GPU, {verdict}")
+    return results
+
+
+def mask_url(url: str) -> str:
+    """A storage URL with any password replaced, for printing."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is reported elsewhere; never print it raw
+        return "<storage url>"
