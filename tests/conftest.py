@@ -50,6 +50,34 @@ def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
     return spec
 
 
+# A space with exactly three feasible configurations on a 2-core node: TP1, TP2, and TP2 with
+# expert parallel, which really crashes in vLLM's CPU fused-MoE kernel at the first request.
+E2E_SPACE = {
+    "name": "e2e",
+    "engine": "vllm",
+    "parameters": {
+        "tensor_parallel_size": {"values": [1, 2]},
+        "enable_expert_parallel": {"values": [False, True]},
+        "max_batch_size": {"values": [16]},
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def real_study_dir(tmp_path_factory, tiny_model) -> Path:
+    """A directory where `tuner run` has completed a real 3-trial study (`test-study`) into
+    tuner.db, with its exports; shared by every test that needs a real study's database."""
+    if not vllm_available():
+        pytest.skip("vLLM is not installed (make install)")
+    d = tmp_path_factory.mktemp("study")
+    write_yaml(d / "space.yaml", E2E_SPACE)
+    write_yaml(d / "study.yaml", base_spec(tiny_model, space="space.yaml"))
+    proc = run_tuner("run", "study.yaml", cwd=d)
+    (d / "run.out").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return d
+
+
 def write_yaml(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

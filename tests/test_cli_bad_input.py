@@ -62,9 +62,9 @@ def test_a_wrong_type_is_named(workdir):
 
 def test_an_empty_domain_is_named(workdir):
     write_yaml(workdir / "space.yaml", {"name": "s", "engine": "vllm",
-                                        "parameters": {"max_num_seqs": {"values": []}}})
+                                        "parameters": {"max_batch_size": {"values": []}}})
     line = run_bad(workdir, spec_for(workdir, search_space="space.yaml"))
-    assert "parameters.max_num_seqs" in line and "empty domain" in line
+    assert "parameters.max_batch_size" in line and "empty domain" in line
 
 
 def test_a_missing_model_path_says_how_to_make_one(workdir):

@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 SPACE = {"name": "tp1", "engine": "vllm",
-         "parameters": {"max_num_seqs": {"values": [4, 16]}}}
+         "parameters": {"max_batch_size": {"values": [4, 16]}}}
 
 
 def _wait_for(predicate, timeout: float, what: str):

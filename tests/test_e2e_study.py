@@ -1,8 +1,8 @@
 """A real study of real vLLM (CPU build) trials, end to end, and what it leaves behind.
 
-The space has exactly three feasible configurations on a 2-core node, so a 3-trial budget runs
-them all: TP1, TP2, and TP2 with expert parallel, which really crashes in vLLM's CPU fused-MoE
-kernel at the first request. Tens of seconds per server: marked `engine`.
+The study (conftest's real_study_dir) has exactly three feasible configurations on a 2-core node,
+so its 3-trial budget runs them all: TP1, TP2, and TP2 with expert parallel, which really crashes
+in vLLM's CPU fused-MoE kernel at the first request. Tens of seconds per server: marked `engine`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import run_tuner, vllm_available
 from tuner.store import Store
 
 pytestmark = [
@@ -26,26 +26,9 @@ pytestmark = [
     pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
 ]
 
-SPACE = {
-    "name": "e2e",
-    "engine": "vllm",
-    "parameters": {
-        "tensor_parallel_size": {"values": [1, 2]},
-        "enable_expert_parallel": {"values": [False, True]},
-        "max_num_seqs": {"values": [16]},
-    },
-}
-
-
 @pytest.fixture(scope="module")
-def study_dir(tmp_path_factory, tiny_model):
-    d = tmp_path_factory.mktemp("study")
-    write_yaml(d / "space.yaml", SPACE)
-    write_yaml(d / "study.yaml", base_spec(tiny_model, space="space.yaml"))
-    proc = run_tuner("run", "study.yaml", cwd=d)
-    (d / "run.out").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return d
+def study_dir(real_study_dir):
+    return real_study_dir
 
 
 def _store(d) -> Store:
@@ -82,18 +65,23 @@ def test_infeasible_samples_are_recorded_without_a_server(study_dir):
     infeasible = [t for t in _store(study_dir).trials("test-study") if t.state == "infeasible"]
     for t in infeasible:
         assert t.params == {"tensor_parallel_size": 1, "enable_expert_parallel": True,
-                            "max_num_seqs": 16}
+                            "max_batch_size": 16}
         assert "single rank" in t.failure_reason
         assert t.launch_plan is None
 
 
 def test_optuna_sees_the_same_outcomes_with_the_sla_as_constraints(study_dir):
+    """Measured trials carry the SLA as constraints; a crash or an infeasible sample is, for
+    the sampler, a trial that violates a constraint (so TPE steers away from it)."""
     study = optuna.load_study(study_name="test-study", storage=f"sqlite:///{study_dir}/tuner.db")
-    states = [t.state for t in study.trials]
-    assert states.count(optuna.trial.TrialState.COMPLETE) >= 2
-    assert optuna.trial.TrialState.RUNNING not in states
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    for t in complete:
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    unusable = [t for t in study.trials if t.user_attrs.get("failure_kind")]
+    assert {t.user_attrs["failure_kind"] for t in unusable} >= {"crash"}
+    for t in unusable:
+        assert t.value == 0.0 and max(t.constraints.values()) == 1.0
+    measured = [t for t in study.trials if t not in unusable and "repeat_of" not in t.user_attrs]
+    assert len(measured) == 2
+    for t in measured:
         assert set(t.constraints) >= {"ttft_p90_ms", "tok_s_per_user_p90", "errors"}
         assert all(v <= 0 for v in t.constraints.values()) == t.user_attrs["meets_sla"]
 

@@ -48,14 +48,14 @@ def store(tmp_path):
 
 
 def test_the_best_trial_is_the_fastest_that_met_the_sla(store):
-    add_trial(store, 0, {"tensor_parallel_size": 1, "max_num_seqs": 4}, 300.0, True, gpus=1)
-    add_trial(store, 1, {"tensor_parallel_size": 2, "max_num_seqs": 16}, 900.0, False)
-    add_trial(store, 2, {"tensor_parallel_size": 2, "max_num_seqs": 64}, 500.0, True)
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 300.0, True, gpus=1)
+    add_trial(store, 1, {"tensor_parallel_size": 2, "max_batch_size": 16}, 900.0, False)
+    add_trial(store, 2, {"tensor_parallel_size": 2, "max_batch_size": 64}, 500.0, True)
     assert best_trial(store.get_study("s"), store.trials("s")).number == 2
 
 
 def test_no_trial_met_the_sla_is_a_clear_no_result(store, tmp_path):
-    add_trial(store, 0, {"max_num_seqs": 4}, 900.0, False)
+    add_trial(store, 0, {"max_batch_size": 4}, 900.0, False)
     with pytest.raises(NoResult, match="no trial that met the SLA"):
         best_trial(store.get_study("s"), store.trials("s"))
     for command in (["best"], ["export"]):
@@ -66,7 +66,7 @@ def test_no_trial_met_the_sla_is_a_clear_no_result(store, tmp_path):
 
 
 def test_the_vllm_export_is_the_trials_config_and_a_launch_script(store, tmp_path):
-    add_trial(store, 0, {"tensor_parallel_size": 2, "max_num_seqs": 16,
+    add_trial(store, 0, {"tensor_parallel_size": 2, "max_batch_size": 16,
                          "speculative_method": "ngram", "num_speculative_tokens": 2}, 500.0, True)
     study, trials = store.get_study("s"), store.trials("s")
     files = write_export(study, best_trial(study, trials), tmp_path / "out")
@@ -82,7 +82,7 @@ def test_the_vllm_export_is_the_trials_config_and_a_launch_script(store, tmp_pat
 
 
 def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(store, tmp_path):
-    add_trial(store, 0, {"tensor_parallel_size": 1, "max_num_seqs": 4}, 256.0, True, gpus=1)
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 256.0, True, gpus=1)
     study = store.get_study("s")
     write_export(study, store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())

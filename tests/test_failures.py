@@ -43,3 +43,13 @@ def test_log_patterns(log, kind, needle):
 def test_without_a_telling_line_the_exit_status_speaks():
     assert classify("loading...\n", -9) == ("crash", "server killed by SIGKILL")
     assert classify("loading...\n", 3) == ("crash", "server exited with status 3: loading...")
+
+
+def test_an_exception_without_a_message_is_named_by_the_frame_that_raised_it():
+    log = """\
+(Worker_DP1_EP1 pid=1) ERROR [multiproc_executor.py:1063]   File "/x/vllm/distributed/device_communicators/base_device_communicator.py", line 296, in all_gatherv
+(Worker_DP1_EP1 pid=1) ERROR [multiproc_executor.py:1063]     raise NotImplementedError
+(Worker_DP1_EP1 pid=1) ERROR [multiproc_executor.py:1063] NotImplementedError
+"""  # noqa: E501
+    assert classify(log, None) == (
+        "unsupported", "NotImplementedError in all_gatherv (base_device_communicator.py:296)")

@@ -33,7 +33,7 @@ def setup(tmp_path):
 
 
 def _running_trial(ctx, study, host, worker):
-    trial = study.ask({"max_num_seqs": optuna.distributions.CategoricalDistribution([4, 16])})
+    trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
     trial.set_user_attr("worker_host", host)
     trial.set_user_attr("worker", worker)
     tid = ctx.store.start_trial("s", trial.number, trial.params, worker_host=host,

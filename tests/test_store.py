@@ -207,7 +207,7 @@ def test_a_trial_runs_then_finishes_with_its_measurements_read_back_equal(store:
     trial_id = store.start_trial(
         "s",
         0,
-        {"tp": 2, "max_num_seqs": 64},
+        {"tp": 2, "max_batch_size": 64},
         worker_host="node1",
         worker_pid=4242,
         launch_plan={"argv": ["vllm", "serve"], "port": 8001},
@@ -235,7 +235,7 @@ def test_a_trial_runs_then_finishes_with_its_measurements_read_back_equal(store:
     assert (trial.state, trial.objective, trial.meets_sla) == ("complete", 321.5, True)
     assert (trial.engine_version, trial.log_tail) == ("0.32.0", "INFO ready")
     assert (trial.failure_kind, trial.failure_reason) == (None, None)
-    assert trial.params == {"tp": 2, "max_num_seqs": 64}
+    assert trial.params == {"tp": 2, "max_batch_size": 64}
     assert trial.launch_plan == {"argv": ["vllm", "serve"], "port": 8001}
     assert (trial.gpus, trial.hardware) == (2, {"gpu": "H200", "count": 8})
     assert (trial.worker_host, trial.worker_pid, trial.log_path) == ("node1", 4242, "/runs/s/0.log")

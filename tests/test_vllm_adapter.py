@@ -20,7 +20,7 @@ SETTINGS = EngineSettings(executable="vllm", model="/models/tiny",
                                 "enable-prefix-caching": False},
                           env={"VLLM_CPU_KVCACHE_SPACE": "1"})
 CONFIG = {"tensor_parallel_size": 2, "data_parallel_size": 1, "enable_expert_parallel": True,
-          "max_num_seqs": 16, "max_num_batched_tokens": 2048, "speculative_method": "ngram",
+          "max_batch_size": 16, "max_num_tokens": 2048, "speculative_method": "ngram",
           "num_speculative_tokens": 4}
 
 
@@ -84,3 +84,30 @@ def test_vllms_own_parser_accepts_every_flag_tuner_emits(tmp_path):
     (tmp_path / "bad.yaml").write_text("max-num-seqz: 16\n")
     with pytest.raises(SystemExit):  # the parser really refuses what it does not know
         parser.parse_args(["--model", p.model, "--config", str(tmp_path / "bad.yaml")])
+
+
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+@pytest.mark.parametrize("backend", ["triton", "flashinfer_cutlass", "flashinfer_trtllm", "marlin"])
+def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    settings = EngineSettings(executable="vllm", model="openai/gpt-oss-120b",
+                              args={"max-model-len": 10240},
+                              env={}, draft_model="nvidia/gpt-oss-120b-Eagle3-v3")
+    config = {"tensor_parallel_size": 2, "data_parallel_size": 2, "enable_expert_parallel": True,
+              "moe_backend": backend, "max_batch_size": 256, "max_num_tokens": 8192,
+              "kv_cache_dtype": "fp8", "gpu_memory_fraction": 0.9,
+              "speculative_method": "eagle3", "num_speculative_tokens": 3}
+    p = get_adapter("vllm").launch_plan(config, settings, host="0.0.0.0", port=8000,
+                                        inventory=GPU8, devices=[0, 1, 2, 3])
+    assert p.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and p.gpus == 4
+    (tmp_path / "config.yaml").write_text(p.files["config.yaml"])
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        ["--model", p.model, "--config", str(tmp_path / "config.yaml")])
+    assert (args.moe_backend, args.kv_cache_dtype, args.gpu_memory_utilization) == (
+        backend, "fp8", 0.9)
+    assert args.max_cudagraph_capture_size == 256  # graphs up to the batch limit, no further
+    assert args.speculative_config == {
+        "method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3",
+        "draft_tensor_parallel_size": 1, "num_speculative_tokens": 3}

@@ -52,6 +52,12 @@ def run(
                           "name; the same name resumes a study.")] = None,
     export_dir: Annotated[Path | None, typer.Option("--export-dir", help="Where the best "
                           "configuration is exported (default tuner-exports/STUDY).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the launch plans of "
+                       "--n-trials sampled trials (default 5) and start nothing.")] = False,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="With --dry-run: plan for this GPU "
+                   "type instead of the spec's (H100-SXM, H200, B200, GB200).")] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="With --dry-run: plan for "
+                      "this engine instead of the spec's.")] = None,
 ) -> None:
     """Run (or resume) a tuning study of real serving trials, then export the best one."""
     from tuner.export import best_trial, write_export
@@ -59,6 +65,12 @@ def run(
     from tuner.study import prepare, run_study
 
     spec = load_spec(spec_path)
+    if dry_run:
+        _print_dry_run(spec, spec_path, gpu, engine, n_trials or 5)
+        return
+    if gpu or engine:
+        raise BadInput("--gpu and --engine apply to --dry-run; for a real study set "
+                       "hardware.gpu_type and engine.name in the spec")
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     run_study(ctx, n_trials or spec.budget.n_trials)
     study = ctx.store.get_study(ctx.name)
@@ -68,6 +80,25 @@ def run(
     files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name)
     _print_best(study, best)
     out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))
+
+
+def _print_dry_run(spec, spec_path: Path, gpu: str | None, engine: str | None, n: int) -> None:
+    from tuner.dryrun import dry_run
+    from tuner.export import shell_command
+    from tuner.study import describe
+
+    header, planned = dry_run(spec, spec_path, gpu=gpu, engine=engine, n_trials=n)
+    out.print(header)
+    for t in planned:
+        out.print(f"\ntrial {t.number}  {describe(t.params)}")
+        if t.plan is None:
+            out.print(f"  infeasible: {t.infeasible}")
+            continue
+        out.print(f"  $ {shell_command(t.plan.argv, t.plan.env)}")
+        for name, content in t.plan.files.items():
+            out.print(f"  {name}:")
+            for line in content.rstrip().splitlines():
+                out.print(f"    {line}")
 
 
 def _open(storage: str | None):
@@ -124,6 +155,22 @@ def _print_best(study, best) -> None:
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
     out.print(_table(measurements_frame(best)))
+
+
+@app.command()
+def gpus(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False) -> None:
+    """This node's NVIDIA GPUs (NVML): model, count, memory, driver and NVLink; exits 4
+    where NVML is not available."""
+    import json
+
+    from tuner.gpus import describe, read_gpus
+
+    inv = read_gpus()
+    if as_json:
+        out.print(json.dumps(inv.to_dict(), indent=2))
+        return
+    for line in describe(inv):
+        out.print(line)
 
 
 @app.command()

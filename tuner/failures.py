@@ -46,8 +46,18 @@ def classify(log_text: str, returncode: int | None) -> tuple[str, str]:
     return "crash", "server stopped answering"
 
 
+_BARE = re.compile(r"(raise \w+(Error|Exception)?|\w+(Error|Exception))\s*$")
+
+
 def _reason(lines: list[str], i: int) -> str:
     reason = lines[i]
+    if _BARE.search(reason):
+        # An exception without a message: the frame that raised it is the telling part.
+        for line in reversed(lines[max(0, i - 4) : i]):
+            m = _FRAME.search(line)
+            if m:
+                exc = reason.split()[-1]
+                return f"{exc} in {m.group(3)} ({m.group(1).split('/')[-1]}:{m.group(2)})"
     if "Segfault" in reason or "SIGSEGV" in reason:
         # The first native frame that is not the signal handler says where it happened.
         for line in lines[i + 1 : i + 8]:

@@ -1,8 +1,7 @@
 """What the trials run on: the node's devices, as a type and a list of device ids.
 
-On a CPU node the devices are the CPU cores this process may use, and the type is `cpu`. NVIDIA
-GPUs (NVML inventory, GPU types such as H200) are not implemented yet: a spec naming a GPU type
-is refused with a message that says so.
+On a CPU node the devices are the CPU cores this process may use, and the type is `cpu`. On a
+GPU node they are the GPUs NVML reports of the spec's type (tuner/gpus.py).
 """
 
 from __future__ import annotations
@@ -38,22 +37,44 @@ def cpu_inventory() -> Inventory:
     )
 
 
-def detect(gpu_type: str, devices: int | None) -> Inventory:
+def gpu_node_inventory(gpu_type: str, nvml=None) -> Inventory:
+    """This node's GPUs of the spec's type (NVML), or a one-line reason they cannot be used."""
+    from tuner.gpus import NvmlUnavailable, read_gpus
+
+    try:
+        found = read_gpus(nvml)
+    except NvmlUnavailable as e:
+        raise BadInput(f"hardware.gpu_type {gpu_type} needs NVIDIA GPUs: {e}") from e
+    matching = [g for g in found.gpus if g.type and g.type.lower() == gpu_type.lower()]
+    if not matching:
+        have = ", ".join(sorted({f"{g.name}" for g in found.gpus})) or "no GPUs"
+        raise BadInput(f"hardware.gpu_type {gpu_type}: this node has {have}; set gpu_type to "
+                       "the node's GPU type or run on a node of that type")
+    return Inventory(kind="gpu", type=matching[0].type, devices=tuple(g.index for g in matching),
+                     description=f"{len(matching)} x {matching[0].name}, driver {found.driver}",
+                     host=found.host)
+
+
+def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
     """The inventory for the spec's hardware section, or a one-line reason it cannot be had."""
-    if gpu_type.lower() != "cpu":
-        raise BadInput(
-            f"hardware.gpu_type {gpu_type}: GPU inventory (NVML) is not implemented in this "
-            "version of tuner; use gpu_type: cpu with vLLM's CPU build"
-        )
-    inv = cpu_inventory()
+    inv = cpu_inventory() if gpu_type.lower() == "cpu" else gpu_node_inventory(gpu_type, nvml)
     if devices is not None:
         if devices > len(inv.devices):
+            unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
             raise BadInput(
                 f"hardware.devices {devices}: this node has only {len(inv.devices)} usable "
-                "CPU cores: lower it or leave it out"
+                f"{unit}: lower it or leave it out"
             )
         inv = Inventory(inv.kind, inv.type, inv.devices[:devices], inv.description, inv.host)
     return inv
+
+
+def planned_inventory(gpu, devices: int | None) -> Inventory:
+    """A node of the given GPU type as a plan describes it (dry runs): stated, not detected."""
+    n = devices or (8 if gpu.arch != "cpu" else len(cpu_inventory().devices))
+    kind = "cpu" if gpu.arch == "cpu" else "gpu"
+    return Inventory(kind=kind, type=gpu.name, devices=tuple(range(n)),
+                     description=f"{n} x {gpu.name} (planned)", host="planned")
 
 
 def split_devices(devices: list[int], parts: int) -> list[list[int]]:

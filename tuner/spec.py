@@ -27,6 +27,18 @@ class ModelSpec(_Strict):
         None, description="Generate this model at `path` when it is missing (random weights)."
     )
     seed: int = Field(0, description="Seed of the generated model.")
+    shape: str | None = Field(
+        None, description="A model shape in tuner/data/models.yaml (e.g. gpt-oss-120b), used "
+        "when the checkpoint is not on this machine (dry runs, plans)."
+    )
+
+
+class ContainerSpec(_Strict):
+    """Run the engine inside a container (how most users get TensorRT-LLM)."""
+
+    runtime: str = Field("docker", description="docker or podman.")
+    image: str = Field(description="e.g. nvcr.io/nvidia/tensorrt-llm/release:<tag>")
+    args: list[str] = Field(default_factory=list, description="Extra `run` arguments.")
 
 
 class EngineSpec(_Strict):
@@ -40,6 +52,10 @@ class EngineSpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     ready_timeout_s: float = Field(300, gt=0, description="How long a server may take to be ready.")
     port: int | None = Field(None, ge=1, le=65535, description="Fixed port; default: a free one.")
+    draft_model: str | None = Field(
+        None, description="Draft model for EAGLE-3 speculative decoding (path or name)."
+    )
+    container: ContainerSpec | None = Field(None, description="Run the engine in a container.")
 
 
 class HardwareSpec(_Strict):

@@ -29,12 +29,20 @@ from tuner.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.errors import BadInput
 from tuner.failures import tail
 from tuner.hardware import Inventory, detect
+from tuner.hwtypes import GpuType, gpu_type
 from tuner.launcher import LaunchFailure, ServerProcess, free_port, port_is_free, stop_group
 from tuner.loadgen import run_sweep
 from tuner.metrics import objective, sla_violations, summarize_level
 from tuner.prompts import synthetic_token_prompts
 from tuner.records import LevelMeasurement
-from tuner.space import ModelShape, SearchSpace, infeasibility, load_space, read_model_shape
+from tuner.space import (
+    ModelShape,
+    SearchSpace,
+    infeasibility,
+    load_space,
+    read_model_shape,
+    shape_by_name,
+)
 from tuner.spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
 from tuner.store import Store, StoreError, TrialRecord
 
@@ -70,6 +78,11 @@ class StudyContext:
     storage_url: str
     runs_dir: Path
     say: Say
+    gpu: GpuType
+
+    def infeasible(self, config: dict[str, Any]) -> str | None:
+        return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
+                             adapter=self.adapter, gpu=self.gpu, settings=self.settings)
 
 
 # ---------------------------------------------------------------- preparing (no side effects)
@@ -132,8 +145,9 @@ def prepare(
     spec: StudySpec, spec_path: Path, *, storage_url: str | None, study_name: str | None, say: Say
 ) -> StudyContext:
     """Validate everything a study needs, in an order that touches nothing until it all holds."""
-    space = load_space(resolve_space_path(spec, spec_path))
+    gpu = gpu_type(spec.hardware.gpu_type)
     adapter = get_adapter(spec.engine.name)
+    space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
     check_space(spec, space, adapter)
     inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
     executable = resolve_executable(spec.engine.executable)
@@ -145,17 +159,30 @@ def prepare(
     url = storage_url or spec.storage or DEFAULT_STORAGE
     store = open_store(url)
     model_dir = ensure_model(spec, say)
-    shape = read_model_shape(model_dir)
-    settings = EngineSettings(
-        executable=executable, model=str(model_dir), args=dict(spec.engine.args),
-        env=dict(spec.engine.env),
-    )
+    shape = model_shape(spec, model_dir)
+    settings = engine_settings(spec, executable, str(model_dir))
     name = study_name or spec.name
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
         settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
-        say=say,
+        say=say, gpu=gpu,
     )
+
+
+def engine_settings(spec: StudySpec, executable: str, model: str) -> EngineSettings:
+    container = spec.engine.container.model_dump() if spec.engine.container else None
+    return EngineSettings(executable=executable, model=model, args=dict(spec.engine.args),
+                          env=dict(spec.engine.env), draft_model=spec.engine.draft_model,
+                          container=container)
+
+
+def model_shape(spec: StudySpec, model_dir: Path | None) -> ModelShape:
+    """From the checkpoint's config.json when it is here, else from the named known shape."""
+    if model_dir is not None and (model_dir / "config.json").exists():
+        return read_model_shape(model_dir)
+    if spec.model.shape:
+        return shape_by_name(spec.model.shape)
+    return read_model_shape(model_dir or Path(spec.model.path))
 
 
 # ---------------------------------------------------------------- Optuna plumbing
@@ -251,9 +278,11 @@ def _read_tail(path: str | None, n: int = 40) -> str | None:
 
 def describe(params: dict[str, Any]) -> str:
     short = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
-             "enable_expert_parallel": "ep", "max_num_seqs": "seqs",
-             "max_num_batched_tokens": "batched", "speculative_method": "spec",
-             "num_speculative_tokens": "draft", "prompt_lookup_max": "lookup"}
+             "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
+             "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
+             "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
+             "speculative_method": "spec", "num_speculative_tokens": "draft",
+             "prompt_lookup_max": "lookup"}
     parts = []
     for k, v in params.items():
         if isinstance(v, bool):
@@ -363,10 +392,23 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     if result.state == "complete":
         study.tell(trial, result.objective)
     else:
-        trial.set_user_attr("failure_kind", result.failure_kind)
-        trial.set_user_attr("failure_reason", result.failure_reason)
-        study.tell(trial, state=TrialState.FAIL)
+        tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result
+
+
+def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,
+                  reason: str | None) -> None:
+    """A configuration that failed or cannot run: for the sampler, a violated constraint.
+
+    Optuna's TPE ignores FAIL trials, so it would keep proposing a configuration that crashes;
+    as an infeasible COMPLETE trial it lands in TPE's bad group and the search steers away.
+    tuner's own table keeps the true state (failed / infeasible) and the reason; FAIL in
+    Optuna is kept for trials cut short by the tuner itself (not the configuration's fault).
+    """
+    trial.set_user_attr("failure_kind", kind)
+    trial.set_user_attr("failure_reason", reason)
+    trial.set_constraint(constraint, 1.0)
+    study.tell(trial, 0.0)
 
 
 def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasurement],
@@ -413,13 +455,13 @@ def _key(params: dict[str, Any]) -> str:
 def _tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) -> None:
     """A repeat of a finished configuration: tell Optuna the earlier result, launch nothing."""
     trial.set_user_attr("repeat_of", earlier.number)
-    if earlier.state == "complete":
-        ft = next(t for t in study.get_trials(deepcopy=False) if t.number == earlier.number)
-        for k, v in ft.constraints.items():
-            trial.set_constraint(k, v)
-        study.tell(trial, ft.value)
-    else:
+    ft = next(t for t in study.get_trials(deepcopy=False) if t.number == earlier.number)
+    if ft.state != TrialState.COMPLETE:
         study.tell(trial, state=TrialState.FAIL)
+        return
+    for k, v in ft.constraints.items():
+        trial.set_constraint(k, v)
+    study.tell(trial, ft.value)
 
 
 @contextmanager
@@ -439,7 +481,7 @@ def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
     study = load_or_create_study(ctx)
     recover(ctx, study)
     feasible = [c for c in ctx.space.enumerate()
-                if infeasibility(c, ctx.shape, len(ctx.inventory.devices)) is None]
+                if ctx.infeasible(c) is None]
     done = _finished_configs(ctx)
     ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
             f"{len(feasible)} feasible on {ctx.inventory.description}; "
@@ -470,11 +512,9 @@ def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
                 _tell_repeat(study, trial, done[key])
                 idle += 1
                 continue
-            reason = infeasibility(params, ctx.shape, len(ctx.inventory.devices))
+            reason = ctx.infeasible(params)
             if reason:
-                trial.set_user_attr("failure_kind", "infeasible")
-                trial.set_user_attr("failure_reason", reason)
-                study.tell(trial, state=TrialState.FAIL)
+                tell_unusable(study, trial, "infeasible", "infeasible", reason)
                 idle += 1
                 if key not in infeasible_seen:
                     infeasible_seen.add(key)

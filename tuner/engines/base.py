@@ -43,6 +43,8 @@ class EngineSettings:
     model: str
     args: dict[str, Any]
     env: dict[str, str]
+    draft_model: str | None = None
+    container: dict[str, Any] | None = None  # ContainerSpec as a dict: runtime, image, args
 
 
 class EngineAdapter(Protocol):
@@ -66,3 +68,48 @@ class EngineAdapter(Protocol):
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
         """The argv a user runs by hand with the plan's files stored in config_dir."""
         ...
+
+    def world_size(self, config: dict[str, Any]) -> int:
+        """Devices one server with this configuration occupies (the per-GPU divisor)."""
+        ...
+
+    def expert_parallel_width(self, config: dict[str, Any]) -> int:
+        """Ranks the MoE experts are spread over (1 = no expert parallelism)."""
+        ...
+
+    def infeasibility(self, config: dict[str, Any], shape: Any, gpu: Any,
+                      settings: EngineSettings) -> str | None:
+        """Engine-specific reasons a configuration cannot run (checked before any launch)."""
+        ...
+
+
+def moe_backends(engine: str) -> dict[str, list[str]]:
+    """Backend -> architectures where it runs (tuner/data/moe_backends.yaml)."""
+    import yaml
+
+    from tuner.hwtypes import DATA
+
+    return yaml.safe_load((DATA / "moe_backends.yaml").read_text()).get(engine, {})
+
+
+def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | None:
+    if backend is None:
+        return None
+    archs = moe_backends(engine).get(backend)
+    if archs is None:
+        return f"{engine} has no MoE backend {backend!r}"
+    if arch not in archs:
+        return f"MoE backend {backend} of {engine} runs on {', '.join(archs)}, not {arch}"
+    return None
+
+
+def container_argv(container: dict[str, Any], argv: list[str], *, port: int, model: str,
+                   devices: list[int], name: str) -> list[str]:
+    """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop."""
+    run = [container.get("runtime", "docker"), "run", "--rm", "--init", "--name", name,
+           "--ipc=host", "-p", f"{port}:{port}"]
+    if devices:
+        run += ["--gpus", f'"device={",".join(map(str, devices))}"']
+    if model.startswith("/"):
+        run += ["-v", f"{model}:{model}:ro"]
+    return [*run, *container.get("args", []), container["image"], *argv]
