@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import stat
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from tests.conftest import run_tuner
+from tuner.engines import get_adapter
 from tuner.errors import NoResult
 from tuner.export import ExportRecord, best_trial, write_export
 from tuner.records import LevelMeasurement
@@ -98,3 +100,97 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     assert prov["study"] == "s" and prov["trial"] == 0
     assert prov["measured_at"] and prov["exported_at"] and prov["tuner_version"]
     assert record["launch"]["command"][:3] == ["vllm", "serve", "/models/tiny"]
+
+
+GPU_SPEC = {**SPEC, "engine": {"name": "vllm", "executable": "vllm",
+                               "args": {"max-model-len": 10240}, "env": {},
+                               "draft_model": "nvidia/gpt-oss-120b-Eagle3-v3"}}
+
+
+@pytest.fixture
+def gpu_store(tmp_path):
+    s = Store.open(f"sqlite:///{tmp_path}/gpu.db")
+    s.ensure_study("g", engine="vllm", model="openai/gpt-oss-120b", gpu_type="H200",
+                   spec=GPU_SPEC, space={}, tuner_version="test")
+    return s
+
+
+def add_gpu_trial(store, params, gpus, version="0.32.0"):
+    tid = store.start_trial("g", 0, params, worker_host="h", worker_pid=1, gpus=gpus,
+                            hardware={"kind": "gpu", "description": "8 x H200", "host": "h"})
+    store.finish_trial(tid, state="complete", objective=5000.0, meets_sla=True,
+                       engine_version=version, measurements=[LEVEL])
+    return store.trials("g")[0]
+
+
+def test_the_k8s_export_is_a_valid_deployment_of_the_exact_config(gpu_store, tmp_path):
+    import kubernetes_validate
+
+    params = {"tensor_parallel_size": 2, "data_parallel_size": 2, "enable_expert_parallel": True,
+              "max_batch_size": 256, "moe_backend": "triton"}
+    trial = add_gpu_trial(gpu_store, params, gpus=4)
+    write_export(gpu_store.get_study("g"), trial, tmp_path, ("vllm", "k8s"))
+    docs = list(yaml.safe_load_all((tmp_path / "k8s.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Deployment", "Service"]
+    for d in docs:  # the Kubernetes API's own schemas, strict: no unknown field anywhere
+        kubernetes_validate.validate(d, "1.33", strict=True)
+    config_map, deployment, _ = docs
+    assert config_map["data"]["config.yaml"] == (tmp_path / "config.yaml").read_text()
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "vllm/vllm-openai:v0.32.0"
+    assert container["command"] == ["vllm", "serve", "openai/gpt-oss-120b", "--config",
+                                    "/config/config.yaml", "--host", "0.0.0.0", "--port", "8000"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert all(e["name"] != "CUDA_VISIBLE_DEVICES" for e in container["env"])
+
+
+@pytest.mark.parametrize("params, gpus, problem", [
+    ({"tensor_parallel_size": 4}, 2, "need 4 GPUs, the record says 2"),
+    ({"tensor_parallel_size": 1, "max_batch_size": 64, "speculative_method": "eagle3",
+      "num_speculative_tokens": 3}, 1, "a draft length without a draft model"),
+])
+def test_an_export_that_would_not_deploy_is_refused_before_writing(
+        gpu_store, tmp_path, params, gpus, problem):
+    from tuner.errors import BadInput
+
+    study = gpu_store.get_study("g")
+    if "eagle3" in params.values():  # the study lost its draft model
+        study.spec["engine"]["draft_model"] = None
+    trial = add_gpu_trial(gpu_store, params, gpus=gpus)
+    with pytest.raises(BadInput, match=problem):
+        write_export(study, trial, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
+    from tuner.errors import BadInput
+    from tuner.export import check_invariants
+
+    record = SimpleNamespace(
+        trial=0, hardware=SimpleNamespace(gpus=1),
+        parameters={"tensor_parallel_size": 1, "max_batch_size": 64},
+        launch=SimpleNamespace(config={"cuda_graph_config": {"batch_sizes": [1, 2, 2, 128]}}))
+    with pytest.raises(BadInput) as e:
+        check_invariants(record, get_adapter("vllm"))
+    assert "sorted and unique" in str(e.value) and "above the max batch size 64" in str(e.value)
+    record.launch.config = {"cuda_graph_config": {"batch_sizes": [1, 2, 4, 64]}}
+    check_invariants(record, get_adapter("vllm"))
+
+
+def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tmp_path):
+    import jsonschema
+
+    from tuner.export import SCHEMA_FILE, json_schema
+
+    shipped = json.loads(SCHEMA_FILE.read_text())
+    assert shipped == json_schema(), "regenerate it: python -m tuner.export"
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 256.0, True, gpus=1)
+    write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
+    record = json.loads((tmp_path / "best.json").read_text())
+    jsonschema.validate(record, shipped)
+    record["schema_version"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(record, shipped)

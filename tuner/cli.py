@@ -60,7 +60,7 @@ def run(
                       "this engine instead of the spec's.")] = None,
 ) -> None:
     """Run (or resume) a tuning study of real serving trials, then export the best one."""
-    from tuner.export import best_trial, write_export
+    from tuner.export import best_trial, default_formats, write_export
     from tuner.spec import load_spec
     from tuner.study import prepare, run_study
 
@@ -77,7 +77,8 @@ def run(
     trials = ctx.store.trials(ctx.name)
     _print_trials(trials)
     best = best_trial(study, trials)
-    files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name)
+    files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name,
+                         default_formats(study))
     _print_best(study, best)
     out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))
 
@@ -158,7 +159,9 @@ def _print_best(study, best) -> None:
 
 
 @app.command()
-def gpus(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False) -> None:
+def gpus(
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
     """This node's NVIDIA GPUs (NVML): model, count, memory, driver and NVLink; exits 4
     where NVML is not available."""
     import json
@@ -206,15 +209,16 @@ def best(storage: StorageOpt = None, study: StudyOpt = None) -> None:
 def export(
     storage: StorageOpt = None,
     study: StudyOpt = None,
-    fmt: Annotated[list[str] | None, typer.Option("--format", help="vllm (config.yaml + "
-                   "launch.sh) or json (best.json); repeat for several.")] = None,
+    fmt: Annotated[list[str] | None, typer.Option("--format", help="the study's engine (vllm: "
+                   "config.yaml + launch.sh), json (best.json) or k8s (k8s.yaml); repeat for "
+                   "several. Default: the engine's files and json.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default "
                        "tuner-exports/STUDY).")] = None,
     trial: Annotated[int | None, typer.Option("--trial", help="Export this trial instead of "
                      "the best.")] = None,
 ) -> None:
     """Export the best configuration (or --trial N) as files a deploy runs as-is."""
-    from tuner.export import FORMATS, best_trial, write_export
+    from tuner.export import best_trial, default_formats, write_export
 
     store = _open(storage)
     chosen = _pick_study(store, study)
@@ -227,7 +231,7 @@ def export(
             raise BadInput(f"--trial {trial}: no complete trial with that number in study "
                            f"{chosen.name}")
     files = write_export(chosen, picked, out_dir or Path("tuner-exports") / chosen.name,
-                         tuple(fmt or FORMATS))
+                         tuple(fmt or default_formats(chosen)))
     for f in files:
         out.print(str(f))
 

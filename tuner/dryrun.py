@@ -1,4 +1,4 @@
-"""`tuner run --dry-run`: the launch plans a study would use, for any GPU type, with nothing started.
+"""`tuner run --dry-run`: the launch plans a study would use, for any GPU type, nothing started.
 
 Samples from the spec's search space with the spec's sampler in memory (no database, no model
 download, no server) so a user can review the exact argv, environment and files on a laptop.
@@ -17,7 +17,7 @@ from tuner.engines import LaunchPlan, get_adapter
 from tuner.hardware import planned_inventory
 from tuner.hwtypes import gpu_type
 from tuner.space import infeasibility, load_space
-from tuner.spec import StudySpec, resolve_space_path
+from tuner.spec import EngineSpec, StudySpec, resolve_space_path
 from tuner.study import check_space, engine_settings, model_shape
 
 DEPLOY_PORT = 8000
@@ -33,8 +33,10 @@ class PlannedTrial:
 
 def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | None,
             n_trials: int) -> tuple[str, list[PlannedTrial]]:
-    if engine:
-        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"name": engine})})
+    if engine and engine != spec.engine.name:
+        # The spec's engine section belongs to its own engine: keep only what is neutral.
+        neutral = {"name": engine, "draft_model": spec.engine.draft_model}
+        spec = spec.model_copy(update={"engine": EngineSpec(**neutral)})
     gpu_t = gpu_type(gpu or spec.hardware.gpu_type, "--gpu" if gpu else "hardware.gpu_type")
     adapter = get_adapter(spec.engine.name)
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu_t)
@@ -42,7 +44,8 @@ def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | 
     local = Path(spec.model.path).expanduser()
     shape = model_shape(spec, local if local.exists() else None)
     inventory = planned_inventory(gpu_t, spec.hardware.devices)
-    settings = engine_settings(spec, spec.engine.executable, spec.model.path)
+    settings = engine_settings(spec, spec.engine.executable or adapter.default_executable,
+                               spec.model.path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize", sampler=optuna.samplers.RandomSampler(seed=spec.sampler.seed))
@@ -60,9 +63,10 @@ def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | 
         seen.add(key)
         reason = infeasibility(params, shape=shape, devices=len(inventory.devices),
                                adapter=adapter, gpu=gpu_t, settings=settings)
+        workdir = (Path(spec.runs_dir) / spec.name / f"trial-{len(planned):04d}").resolve()
         plan = None if reason else adapter.launch_plan(
             params, settings, host="0.0.0.0", port=DEPLOY_PORT,  # noqa: S104
-            inventory=inventory, devices=list(inventory.devices))
+            inventory=inventory, devices=list(inventory.devices), workdir=str(workdir))
         planned.append(PlannedTrial(len(planned), params, plan, reason))
     header = (f"dry run of {spec.name}: {spec.engine.name} on {inventory.description}, "
               f"space {space.name} ({space.size()} configurations); nothing is started")

@@ -7,6 +7,7 @@ renamed; new fields may be added with a new schema_version.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from datetime import datetime, timezone
@@ -16,13 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 import tuner
-from tuner.engines import EngineSettings, get_adapter
+from tuner.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.errors import BadInput, NoResult
 from tuner.hardware import Inventory
 from tuner.store import StudyRecord, TrialRecord
 
 SCHEMA_VERSION = 1
-FORMATS = ("vllm", "json")
+GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
+SCHEMA_FILE = Path(__file__).parent / "data" / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
 
 
@@ -98,11 +100,14 @@ def best_trial(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
 
 def _settings(study: StudyRecord) -> EngineSettings:
     engine = study.spec["engine"]
-    return EngineSettings(executable=engine.get("executable", study.engine), model=study.model,
-                          args=dict(engine.get("args", {})), env=dict(engine.get("env", {})))
+    executable = engine.get("executable") or get_adapter(study.engine).default_executable
+    return EngineSettings(executable=executable, model=study.model,
+                          args=dict(engine.get("args", {})), env=dict(engine.get("env", {})),
+                          draft_model=engine.get("draft_model"), container=engine.get("container"))
 
 
-def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".") -> ExportRecord:
+def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
+                 workdir: str | None = None) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
     adapter = get_adapter(study.engine)
     hw = trial.hardware or {}
     inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
@@ -110,7 +115,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".") 
                           description=hw.get("description", ""), host=hw.get("host", ""))
     plan = adapter.launch_plan(trial.params, _settings(study), host=DEPLOY_HOST,
                                port=DEPLOY_PORT, inventory=inventory,
-                               devices=list(range(trial.gpus or 1)))
+                               devices=list(range(trial.gpus or 1)), workdir=workdir)
     command = adapter.launch_command(plan, config_dir)
     import yaml
 
@@ -137,7 +142,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".") 
             measured_at=trial.finished_at.isoformat() if trial.finished_at else None,
             exported_at=datetime.now(timezone.utc).isoformat(),
         ),
-    ), plan.files
+    ), plan.files, plan
 
 
 def shell_command(argv: list[str], env: dict[str, str], prefix: str = "") -> str:
@@ -147,17 +152,20 @@ def shell_command(argv: list[str], env: dict[str, str], prefix: str = "") -> str
 
 
 def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
-                 formats: tuple[str, ...] = FORMATS) -> list[Path]:
+                 formats: tuple[str, ...] | None = None) -> list[Path]:
     """Write the chosen formats into out_dir; returns the files written."""
+    formats = formats or default_formats(study)
+    allowed = (study.engine, *GENERIC_FORMATS)
     for f in formats:
-        if f not in FORMATS:
-            raise BadInput(f"--format {f}: use one of {', '.join(FORMATS)}")
-        if f in ("vllm",) and study.engine != f:
-            raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}")
-    record, files = build_record(study, trial)
+        if f not in allowed:
+            raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
+                           f"use one of {', '.join(allowed)}")
+    record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()))
+    check_invariants(record, get_adapter(study.engine))
+    k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    if "vllm" in formats:
+    if study.engine in formats:
         for name, content in files.items():
             written.append(_write(out_dir / name, content))
         script = (
@@ -174,7 +182,76 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
         written.append(path)
     if "json" in formats:
         written.append(_write(out_dir / "best.json", record.model_dump_json(indent=2) + "\n"))
+    if k8s_text is not None:
+        written.append(_write(out_dir / "k8s.yaml", k8s_text))
     return written
+
+
+def default_formats(study: StudyRecord) -> tuple[str, ...]:
+    return (study.engine, "json")
+
+
+def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
+         plan: LaunchPlan) -> str:
+    from tuner import k8s
+
+    container = study.spec.get("engine", {}).get("container")
+    try:
+        image = k8s.image_for(study.engine, record.engine.version, container)
+    except ValueError as e:
+        raise BadInput(f"--format k8s: {e}") from e
+    adapter = get_adapter(study.engine)
+    command = adapter.launch_command(plan, k8s.CONFIG_DIR)
+    return k8s.dump(k8s.manifests(
+        study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
+        gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,
+        image=image, health_path=plan.health_path))
+
+
+def check_invariants(record: ExportRecord, adapter) -> None:
+    """An export a deploy would trip on is refused before any file is written."""
+    params, config = record.parameters, record.launch.config
+    problems = []
+    world = adapter.world_size(params)
+    if world != record.hardware.gpus:
+        problems.append(f"the parallel sizes need {world} GPUs, the record says "
+                        f"{record.hardware.gpus}")
+    if params.get("speculative_method") == "eagle3" and not _draft_model(config):
+        problems.append("a draft length without a draft model")
+    batch = params.get("max_batch_size")
+    for where, sizes in _cuda_graph_sizes(config):
+        if sizes != sorted(set(sizes)):
+            problems.append(f"{where} must be sorted and unique, got {sizes}")
+        if batch is not None and any(s > batch for s in sizes):
+            problems.append(f"{where} {sizes} goes above the max batch size {batch}")
+    if problems:
+        raise BadInput(f"export of trial {record.trial} refused: " + "; ".join(problems))
+
+
+def _draft_model(config: dict[str, Any]) -> str | None:
+    for key in ("speculative-config", "speculative_config"):
+        spec = config.get(key) or {}
+        for name in ("model", "speculative_model", "speculative_model_dir"):
+            if spec.get(name):
+                return spec[name]
+    return config.get("speculative-draft-model-path")
+
+
+def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """Every CUDA-graph batch-size list or cap in an engine config, as lists."""
+    found = []
+    for key in ("cudagraph-capture-sizes", "cuda-graph-bs"):
+        if isinstance(config.get(key), list):
+            found.append((key, config[key]))
+    for key in ("max-cudagraph-capture-size",):
+        if isinstance(config.get(key), int):
+            found.append((key, [config[key]]))
+    graphs = config.get("cuda_graph_config") or {}
+    if isinstance(graphs.get("batch_sizes"), list):
+        found.append(("cuda_graph_config.batch_sizes", graphs["batch_sizes"]))
+    if isinstance(graphs.get("max_batch_size"), int):
+        found.append(("cuda_graph_config.max_batch_size", [graphs["max_batch_size"]]))
+    return found
 
 
 def _write(path: Path, content: str) -> Path:
@@ -186,4 +263,12 @@ def _write(path: Path, content: str) -> Path:
 
 
 def json_schema() -> dict[str, Any]:
-    return ExportRecord.model_json_schema()
+    """The export record's JSON Schema (shipped as tuner/data/export.schema.json)."""
+    schema = ExportRecord.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://tuner.invalid/export-v{SCHEMA_VERSION}.schema.json"
+    return schema
+
+
+if __name__ == "__main__":  # regenerate the shipped schema: python -m tuner.export
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")

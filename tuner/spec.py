@@ -43,7 +43,9 @@ class ContainerSpec(_Strict):
 
 class EngineSpec(_Strict):
     name: str = Field(description="Engine adapter: vllm.")
-    executable: str = Field("vllm", description="The engine's command, on PATH or a path.")
+    executable: str | None = Field(
+        None, description="The engine's command, on PATH or a path (default: vllm, trtllm-serve)."
+    )
     args: dict[str, Any] = Field(
         default_factory=dict,
         description="Fixed engine options for every trial, keyed as in the engine's config file "

@@ -150,7 +150,7 @@ def prepare(
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
     check_space(spec, space, adapter)
     inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
-    executable = resolve_executable(spec.engine.executable)
+    executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and not port_is_free(HOST, spec.engine.port):
         raise BadInput(
             f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
@@ -330,9 +330,10 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
               params: dict[str, Any]) -> TrialResult:
     devices = list(ctx.inventory.devices)
     port = ctx.spec.engine.port or free_port(HOST)
-    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
-                                   inventory=ctx.inventory, devices=devices)
     workdir = ctx.runs_dir / f"trial-{trial.number:04d}"
+    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
+                                   inventory=ctx.inventory, devices=devices,
+                                   workdir=str(workdir.resolve()))
     server = ServerProcess(plan, workdir)
     trial.set_user_attr("worker_host", ctx.inventory.host)
     trial.set_user_attr("worker", _worker_id())

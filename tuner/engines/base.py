@@ -49,6 +49,7 @@ class EngineSettings:
 
 class EngineAdapter(Protocol):
     name: str
+    default_executable: str
     # Canonical parameters this engine can express; a space naming others is refused.
     supported_parameters: frozenset[str]
 
@@ -61,8 +62,10 @@ class EngineAdapter(Protocol):
         port: int,
         inventory: Inventory,
         devices: list[int],
+        workdir: str | None = None,
     ) -> LaunchPlan:
-        """Called once per trial before launch, and again at export time with devices 0..n-1."""
+        """Called once per trial before launch, and again at export time with devices 0..n-1.
+        `workdir` is the absolute directory the plan's files will be in (container mounts)."""
         ...
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:

@@ -32,6 +32,7 @@ SPECULATIVE = ("speculative_method", "num_speculative_tokens", "prompt_lookup_ma
 
 class VllmAdapter:
     name = "vllm"
+    default_executable = "vllm"
     supported_parameters = frozenset(FLAGS) | frozenset(SPECULATIVE)
 
     def world_size(self, config: dict[str, Any]) -> int:
@@ -85,6 +86,7 @@ class VllmAdapter:
         port: int,
         inventory: Inventory,
         devices: list[int],
+        workdir: str | None = None,
     ) -> LaunchPlan:
         import yaml
 

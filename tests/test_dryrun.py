@@ -1,0 +1,85 @@
+"""`tuner run --dry-run`: reviewable launch plans for any GPU type, with nothing started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_tuner, vllm_available
+from tuner.dryrun import dry_run
+from tuner.engines.base import moe_backends
+from tuner.spec import load_spec
+
+SPECS = {"vllm": REPO / "examples" / "gpt-oss-120b.yaml",
+         "trtllm": REPO / "examples" / "gpt-oss-120b-trtllm.yaml"}
+BLACKWELL_ONLY = {engine: {b for b, archs in moe_backends(engine).items() if archs == ["blackwell"]}
+                  for engine in SPECS}
+
+
+def plans(engine: str, gpu: str, n: int = 40):
+    spec_path = SPECS[engine]
+    _, planned = dry_run(load_spec(spec_path), spec_path, gpu=gpu, engine=None, n_trials=n)
+    return [p for p in planned if p.plan is not None], planned
+
+
+def backend_of(engine: str, plan) -> str | None:
+    config = yaml.safe_load(next(iter(plan.files.values())))
+    return config.get("moe-backend") if engine == "vllm" else config.get("moe_config", {}).get(
+        "backend")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_no_hopper_plan_names_a_blackwell_only_backend(engine):
+    assert BLACKWELL_ONLY[engine]  # the table does have such backends
+    for gpu in ("H100-SXM", "H200"):
+        feasible, _ = plans(engine, gpu)
+        assert len(feasible) == 40
+        assert not {backend_of(engine, p.plan) for p in feasible} & BLACKWELL_ONLY[engine]
+    feasible, _ = plans(engine, "B200")
+    assert {backend_of(engine, p.plan) for p in feasible} & BLACKWELL_ONLY[engine]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_plans_fit_the_node_and_keep_the_engines_rules(engine):
+    feasible, planned = plans(engine, "B200")
+    for p in feasible:
+        assert p.plan.gpus <= 8
+        if engine == "vllm":
+            assert p.plan.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(p.plan.gpus)))
+        else:
+            tp, ep = p.params["tensor_parallel_size"], p.params["expert_parallel_size"]
+            assert tp % ep == 0 and f"--tp_size {tp}" in " ".join(p.plan.argv)
+            assert p.plan.argv[:2] == ["docker", "run"]  # the example runs NVIDIA's container
+    assert any(p.infeasible for p in planned)  # the space does contain what the engine refuses
+
+
+def test_the_cli_prints_plans_and_starts_nothing(tmp_path: Path):
+    proc = run_tuner("run", SPECS["vllm"], "--dry-run", "--gpu", "H200", "--n-trials", "3",
+                     cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 x H200 (planned)" in proc.stdout and "nothing is started" in proc.stdout
+    assert proc.stdout.count("$ CUDA_VISIBLE_DEVICES=") == 3
+    assert list(tmp_path.iterdir()) == []  # no database, no run directory, no model
+
+
+def test_an_unknown_gpu_type_is_bad_input(tmp_path: Path):
+    proc = run_tuner("run", SPECS["vllm"], "--dry-run", "--gpu", "H300", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "--gpu 'H300' is not a GPU type tuner knows" in proc.stderr
+
+
+@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+def test_every_vllm_plan_is_accepted_by_vllms_own_parser(tmp_path: Path):
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    for gpu in ("H200", "B200"):
+        feasible, _ = plans("vllm", gpu, n=25)
+        for p in feasible:
+            path = tmp_path / "config.yaml"
+            path.write_text(p.plan.files["config.yaml"])
+            args = parser.parse_args(["--model", p.plan.model, "--config", str(path)])
+            assert args.tensor_parallel_size == p.params["tensor_parallel_size"]
+            assert args.moe_backend == p.params["moe_backend"]

@@ -1,0 +1,90 @@
+"""A Kubernetes Deployment + Service (+ the config file as a ConfigMap) for an exported trial.
+
+The container runs the exact launch command of the export with the config mounted at /config;
+GPUs come from the NVIDIA device plugin (`nvidia.com/gpu` limits) on nodes that GPU feature
+discovery labels with the product (`nvidia.com/gpu.product`), and the readiness probe asks the
+engine's own health endpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+# GPU feature discovery's nvidia.com/gpu.product label values for tuner's GPU types.
+GPU_PRODUCT_LABEL = {
+    "H100-SXM": "NVIDIA-H100-80GB-HBM3",
+    "H200": "NVIDIA-H200",
+    "B200": "NVIDIA-B200",
+    "GB200": "NVIDIA-GB200",
+}
+DEFAULT_IMAGES = {
+    "vllm": "vllm/vllm-openai:v{version}",
+    "sglang": "lmsysorg/sglang:v{version}",
+}
+PORT = 8000
+CONFIG_DIR = "/config"
+
+
+def _name(text: str) -> str:
+    """A DNS-1123 label from free text."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:50] or "tuner"
+
+
+def image_for(engine: str, version: str | None, container: dict | None) -> str:
+    if container and container.get("image"):
+        return container["image"]
+    template = DEFAULT_IMAGES.get(engine)
+    if template is None or not version:
+        raise ValueError(f"no container image known for {engine} {version or ''}: set "
+                         "engine.container.image in the spec")
+    return template.format(version=version.split("+")[0])
+
+
+def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
+              command: list[str], env: dict[str, str], files: dict[str, str], image: str,
+              health_path: str) -> list[dict[str, Any]]:
+    name = _name(f"{study}-t{trial}")
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tuner",
+              "tuner/study": _name(study), "tuner/trial": str(trial)}
+    on_gpu = gpu_type in GPU_PRODUCT_LABEL
+    # The device plugin chooses the GPUs: a CUDA_VISIBLE_DEVICES from the trial would be wrong.
+    env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    container: dict[str, Any] = {
+        "name": engine,
+        "image": image,
+        "command": command,
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "readinessProbe": {"httpGet": {"path": health_path, "port": "http"},
+                           "initialDelaySeconds": 30, "periodSeconds": 10,
+                           "failureThreshold": 120},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    if on_gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    pod: dict[str, Any] = {
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": name}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if on_gpu:
+        pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
+         "data": dict(files)},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": name, "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                  "template": {"metadata": {"labels": labels}, "spec": pod}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+         "spec": {"selector": {"app.kubernetes.io/name": name},
+                  "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}},
+    ]
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
