@@ -50,7 +50,9 @@ def test_plans_fit_the_node_and_keep_the_engines_rules(engine):
             assert p.plan.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(p.plan.gpus)))
         else:
             tp, ep = p.params["tensor_parallel_size"], p.params["expert_parallel_size"]
-            assert tp % ep == 0 and f"--tp_size {tp}" in " ".join(p.plan.argv)
+            config = yaml.safe_load(p.plan.files["extra-llm-api-config.yaml"])
+            assert tp % ep == 0 and p.plan.gpus == tp
+            assert (config["tensor_parallel_size"], config["moe_expert_parallel_size"]) == (tp, ep)
             assert p.plan.argv[:2] == ["docker", "run"]  # the example runs NVIDIA's container
     assert any(p.infeasible for p in planned)  # the space does contain what the engine refuses
 

@@ -55,7 +55,7 @@ class LaunchInfo(_Model):
     command: list[str]
     shell: str  # the same command with its environment, for a shell
     env: dict[str, str]
-    config_file: str
+    config_file: str | None  # None where the command line is the whole configuration (SGLang)
     config: dict[str, Any]
 
 
@@ -119,7 +119,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     command = adapter.launch_command(plan, config_dir)
     import yaml
 
-    (config_file, config_text), = plan.files.items()
+    config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
     best = max((m for m in trial.measurements if m.meets_sla),
                key=lambda m: m.output_tok_s_per_gpu, default=None)
     spec = study.spec

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from tuner.engines.base import EngineAdapter, EngineSettings, LaunchPlan
+from tuner.engines.sglang import SglangAdapter
 from tuner.engines.trtllm import TrtllmAdapter
 from tuner.engines.vllm import VllmAdapter
 from tuner.errors import BadInput
 
-_ADAPTERS: dict[str, EngineAdapter] = {"vllm": VllmAdapter(), "trtllm": TrtllmAdapter()}
+_ADAPTERS: dict[str, EngineAdapter] = {
+    "vllm": VllmAdapter(), "trtllm": TrtllmAdapter(), "sglang": SglangAdapter()}
 
 __all__ = ["EngineAdapter", "EngineSettings", "LaunchPlan", "get_adapter"]
 

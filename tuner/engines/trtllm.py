@@ -1,11 +1,11 @@
-"""TensorRT-LLM: `trtllm-serve MODEL --backend pytorch ... --extra_llm_api_options FILE`.
+"""TensorRT-LLM: `trtllm-serve MODEL --backend pytorch --config FILE`, targeting release 1.2.1.
 
-Parallelism and batch limits go on the command line (as NVIDIA's gpt-oss deployment guide writes
-them); everything else is LLM-API YAML: attention DP, the MoE backend, CUDA graphs, the KV cache,
-speculative decoding, and the study's fixed keys (e.g. stream_interval). Every YAML key tuner
-writes is checked against the LlmArgs of the targeted release (tuner/engines/data/). The engine
-runs as a local executable or inside a container (engine.container in the spec), since that is
-how most users get TensorRT-LLM.
+In 1.2.1 the LLM-API YAML given with --config overrides the command line, and NVIDIA's curated
+gpt-oss configs put everything there (parallelism and batch limits too), so tuner does the same:
+the command line carries only host, port and backend. Every key tuner writes exists in that
+release's LlmArgs (tuner/engines/data/trtllm-1.2.1-llm_args.json; checked in the tests). The
+engine runs as a local executable or inside a container (engine.container in the spec), since
+that is how most users get TensorRT-LLM.
 """
 
 from __future__ import annotations
@@ -15,16 +15,19 @@ from typing import Any
 from tuner.engines.base import EngineSettings, LaunchPlan, backend_infeasibility, container_argv
 from tuner.hardware import Inventory
 
+RELEASE = "1.2.1"
 CONFIG_FILE = "extra-llm-api-config.yaml"
 CONTAINER_DIR = "/tuner"  # where the trial directory is mounted inside a container
 
-# Canonical parameter -> trtllm-serve option.
-CLI = {
-    "tensor_parallel_size": "--tp_size",
-    "expert_parallel_size": "--ep_size",
-    "max_batch_size": "--max_batch_size",
-    "max_num_tokens": "--max_num_tokens",
+# Canonical parameter -> top-level LlmArgs key.
+KEYS = {
+    "max_batch_size": "max_batch_size",
+    "max_num_tokens": "max_num_tokens",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "expert_parallel_size": "moe_expert_parallel_size",
 }
+# NVIDIA's curated throughput config balances attention-DP ranks with these settings.
+ATTENTION_DP_BALANCE = {"enable_balance": True, "batching_wait_iters": 50, "timeout_iters": 1}
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +41,7 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 class TrtllmAdapter:
     name = "trtllm"
     default_executable = "trtllm-serve"
-    supported_parameters = frozenset(CLI) | {
+    supported_parameters = frozenset(KEYS) | {
         "enable_attention_dp", "moe_backend", "kv_cache_dtype", "gpu_memory_fraction",
         "speculative_method", "num_speculative_tokens"}
 
@@ -65,11 +68,11 @@ class TrtllmAdapter:
 
     def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
         """The LLM-API YAML: the trial's parameters over the study's fixed keys."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {KEYS[k]: config[k] for k in KEYS if k in config}
         adp = bool(config.get("enable_attention_dp", False))
         out["enable_attention_dp"] = adp
         if adp:
-            out["attention_dp_config"] = {"enable_balance": True}
+            out["attention_dp_config"] = dict(ATTENTION_DP_BALANCE)
         if "max_batch_size" in config:
             # Capture graphs up to the batch limit, padding odd batch sizes up to a captured one.
             out["cuda_graph_config"] = {"enable_padding": True,
@@ -84,10 +87,11 @@ class TrtllmAdapter:
         if kv:
             out["kv_cache_config"] = kv
         if config.get("speculative_method") == "eagle3":
+            # 1.2.1 has no Eagle3 type: EAGLE-3 is Eagle with the one-model EAGLE-3 path.
             out["speculative_config"] = {
-                "decoding_type": "Eagle3",
+                "decoding_type": "Eagle",
                 "max_draft_len": int(config.get("num_speculative_tokens", 3)),
-                "speculative_model_dir": settings.draft_model,
+                "speculative_model": settings.draft_model,
                 "eagle3_one_model": True,
             }
         return deep_merge(settings.args, out)
@@ -101,11 +105,8 @@ class TrtllmAdapter:
                                              sort_keys=False)}
         world = self.world_size(config)
         argv = [settings.executable if not settings.container else "trtllm-serve",
-                settings.model, "--host", host, "--port", str(port), "--backend", "pytorch"]
-        for canonical, option in CLI.items():
-            if canonical in config:
-                argv += [option, str(config[canonical])]
-        argv += ["--extra_llm_api_options", CONFIG_FILE]
+                settings.model, "--host", host, "--port", str(port), "--backend", "pytorch",
+                "--config", CONFIG_FILE]
         env = dict(settings.env)
         if settings.container:
             argv = self._in_container(argv, settings, port, devices[:world], workdir)
@@ -127,7 +128,7 @@ class TrtllmAdapter:
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
         argv = list(plan.argv)
-        i = argv.index("--extra_llm_api_options") + 1
+        i = argv.index("--config") + 1
         if not argv[i].startswith(CONTAINER_DIR):
             argv[i] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
         return argv
