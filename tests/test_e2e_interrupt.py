@@ -73,3 +73,21 @@ def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_m
     study = optuna.load_study(study_name="test-study", storage=url)
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+
+
+def test_two_trials_run_at_once_on_disjoint_devices(tmp_path, tiny_model):
+    """budget.parallel_trials: on a 2-core node, two TP1 trials each get a core of their own
+    (on an 8-GPU node, two TP4 trials each get four GPUs)."""
+    write_yaml(tmp_path / "space.yaml", SPACE)
+    write_yaml(tmp_path / "study.yaml", base_spec(
+        tiny_model, space="space.yaml",
+        budget={"n_trials": 2, "parallel_trials": 2, "trial_timeout_s": 400}))
+    proc = run_tuner("run", "study.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+    trials = Store.open(f"sqlite:///{tmp_path}/tuner.db", create=False).trials("test-study")
+    assert [t.state for t in trials] == ["complete", "complete"]
+    binds = sorted(t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials)
+    assert binds == ["0", "1"]  # each server's threads on its own core
+    first, second = sorted(trials, key=lambda t: t.started_at)
+    assert second.started_at < first.finished_at  # they really ran at the same time

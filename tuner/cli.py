@@ -86,7 +86,7 @@ def run(
 def _print_dry_run(spec, spec_path: Path, gpu: str | None, engine: str | None, n: int) -> None:
     from tuner.dryrun import dry_run
     from tuner.export import shell_command
-    from tuner.study import describe
+    from tuner.space import describe
 
     header, planned = dry_run(spec, spec_path, gpu=gpu, engine=engine, n_trials=n)
     out.print(header)
@@ -150,7 +150,7 @@ def _print_trials(trials) -> None:
 
 def _print_best(study, best) -> None:
     from tuner.report import measurements_frame
-    from tuner.study import describe
+    from tuner.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
@@ -234,6 +234,166 @@ def export(
                          tuple(fmt or default_formats(chosen)))
     for f in files:
         out.print(str(f))
+
+
+@app.command()
+def dashboard(
+    storage: StorageOpt = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to serve on.")]
+    = 8501,
+    address: Annotated[str, typer.Option("--address", help="Address to listen on; 0.0.0.0 "
+                       "to reach it from other machines.")] = "127.0.0.1",
+) -> None:
+    """Serve the dashboard (Streamlit) on the study database, read-only; Ctrl-C stops it."""
+    import os
+    import signal
+    import socket
+    import subprocess
+
+    from tuner.dashboard_data import STORAGE_ENV
+    from tuner.spec import DEFAULT_STORAGE
+
+    url = storage or DEFAULT_STORAGE
+    _open(url).close()  # a missing or foreign database: the store's one-line error, exit 2
+    app_path = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    if not app_path.is_file():
+        raise BadInput(f"the dashboard's app is missing ({app_path}): reinstall tuner from its "
+                       "source tree (`make install`)")
+    try:
+        import streamlit  # noqa: F401
+    except ImportError as e:
+        raise BadInput("the dashboard needs Streamlit: pip install 'tuner[dashboard]' "
+                       "(`make install` does)") from e
+    with socket.socket() as s:
+        # As the server will: a port left in TIME_WAIT by a stopped dashboard is reusable.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError as e:
+            raise BadInput(f"--port {port} on {address} cannot be used ({e.strerror}): stop "
+                           "what holds it or pass another --port") from e
+    command = [sys.executable, "-m", "streamlit", "run", str(app_path),
+               "--server.headless", "true", "--server.address", address,
+               "--server.port", str(port), "--server.fileWatcherType", "none",
+               "--server.runOnSave", "false", "--browser.gatherUsageStats", "false",
+               "--client.toolbarMode", "minimal", "--theme.base", "light"]
+    # The URL travels in the environment: no shell quoting, and no password in `ps` output.
+    env = {**os.environ, STORAGE_ENV: url}
+    out.print(f"tuner dashboard: http://{address}:{port}  (reading {url}; Ctrl-C stops it)")
+    proc = subprocess.Popen(command, env=env)
+    # A SIGTERM to tuner (a supervisor, `kill`) stops the server too instead of orphaning it.
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # the terminal's Ctrl-C reached Streamlit too: let it finish
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait()
+        raise typer.Exit(0) from None
+    if code not in (0, -signal.SIGTERM):
+        raise BadInput(f"the dashboard server stopped with status {code}: see its output above")
+
+
+@app.command()
+def plan(
+    spec_path: Annotated[Path | None, typer.Argument(metavar="STUDY.yaml", help="The study "
+                         "spec (not with --calibrate).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Plan for this GPU type instead of "
+                   "the spec's (H100-SXM, H200, B200, GB200).")] = None,
+    engine: Annotated[str | None, typer.Option("--engine", help="Plan for this engine instead "
+                      "of the spec's.")] = None,
+    export_path: Annotated[Path | None, typer.Option("--export", metavar="PATH", help="Write "
+                           "every prediction to PATH (.csv or .json).")] = None,
+    storage: StorageOpt = None,
+    study: Annotated[str | None, typer.Option("--study", help="Store the predictions under "
+                     "this study name (default: the spec's name) in --storage.")] = None,
+    top: Annotated[int, typer.Option("--top", min=0, help="Candidates to list.")] = 10,
+    calibration: Annotated[Path | None, typer.Option("--calibration", help="Fitted factors to "
+                           "use (default: the shipped fit to published figures).")] = None,
+    calibrate: Annotated[str | None, typer.Option("--calibrate", metavar="STUDY", help="Refit "
+                         "the model to this stored study's measurements and report the error "
+                         "before and after.")] = None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="With --calibrate: where the "
+                        "refit factors go (default perfmodel-calibration-STUDY.json).")] = None,
+) -> None:
+    """Predict every configuration of the spec's search space with the performance model:
+    what cannot fit and why, the Pareto front and the top candidates. Nothing is launched."""
+    import time
+
+    from tuner import perfmodel, planner
+
+    start = perfmodel.load_calibration(calibration)
+    if calibrate is not None:
+        if spec_path is not None:
+            raise BadInput("--calibrate STUDY reads the stored study; give no STUDY.yaml")
+        _refit(calibrate, storage, start, out_path)
+        return
+    if spec_path is None:
+        raise BadInput("give a STUDY.yaml to plan, or --calibrate STUDY")
+    from tuner.dryrun import offline_study
+    from tuner.spec import DEFAULT_STORAGE, load_spec
+
+    spec = load_spec(spec_path)
+    t0 = time.perf_counter()
+    target = offline_study(spec, spec_path, gpu=gpu, engine=engine)
+    result = planner.make_plan(target, start)
+    elapsed = time.perf_counter() - t0
+    out.print(f"plan of {result.name}: {result.engine} on {target.inventory.description}, space "
+              f"{result.space.name}, ISL {result.isl} / OSL {result.osl}; calibration "
+              f"{start.source}; {elapsed:.1f} s; nothing is launched")
+    for line in planner.summary_lines(result):
+        out.print(line)
+    out.print("\npredicted Pareto front (tok/s per GPU vs tok/s per user):")
+    out.print(_table(planner.front_frame(result), width=90))
+    if top:
+        frame = planner.top_frame(result, top)
+        out.print(f"\ntop {len(frame)} candidates (the study's objective: best tok/s per GPU "
+                  "among levels predicted to meet the SLA):")
+        out.print(_table(frame, width=90) if not frame.empty else "none is predicted to meet "
+                  "the SLA")
+    if export_path is not None:
+        n = planner.export(result, export_path)
+        out.print(f"\nexported {n:,} rows to {export_path}")
+    if storage or study:
+        with _store(storage or DEFAULT_STORAGE) as store:
+            n = planner.save(result, store, study or spec.name)
+        out.print(f"stored {n:,} predictions (source {planner.SOURCE}) under study "
+                  f"{study or spec.name}")
+
+
+def _store(url: str):
+    from tuner.store import Store, StoreError
+
+    try:
+        return Store.open(url)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def _refit(name: str, storage: str | None, start, out_path: Path | None) -> None:
+    import numpy as np
+
+    from tuner import planner
+
+    store = _open(storage)
+    chosen = _pick_study(store, name)
+    obs = planner.study_observations(chosen, store.trials(chosen.name))
+    result = planner.refit(obs, start, source=f"study {chosen.name}")
+    path = out_path or Path(f"perfmodel-calibration-{chosen.name}.json")
+    planner.write_calibration(result.calibration, path)
+
+    def err(e) -> str:
+        return f"median {np.median(np.abs(e)):.1%}, worst {np.max(np.abs(e)):.1%}"
+
+    out.print(f"refit to study {chosen.name}: {len(obs)} measured levels")
+    out.print(f"  error before ({start.source}): {err(result.before)}")
+    out.print(f"  error after: {err(result.after)}")
+    for k, v in result.calibration.factors.items():
+        if abs(v - start[k]) > 1e-3 * abs(start[k]):
+            out.print(f"  {k}: {start[k]:.4g} -> {v:.4g}")
+    out.print(f"written to {path}; use it with `tuner plan STUDY.yaml --calibration {path}`")
 
 
 def main() -> None:

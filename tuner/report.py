@@ -8,7 +8,7 @@ from tuner.store import StudyRecord, TrialRecord
 
 
 def _params_text(params: dict) -> str:
-    from tuner.study import describe
+    from tuner.space import describe
 
     return describe(params)
 

@@ -14,6 +14,7 @@ Feasibility rules run before any launch: an infeasible sample costs no server.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,25 @@ CANONICAL_PARAMETERS = {
     "num_speculative_tokens": "draft length of speculative decoding",
     "prompt_lookup_max": "n-gram speculation: longest n-gram looked up in the prompt",
 }
+
+# Short names for one-line descriptions of a configuration (CLI tables, dashboard).
+SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
+               "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
+               "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
+               "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
+               "speculative_method": "spec", "num_speculative_tokens": "draft",
+               "prompt_lookup_max": "lookup"}
+
+
+def describe(params: dict[str, Any]) -> str:
+    """A configuration in one short line: `tp=2 ep=off batch=16`."""
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, bool):
+            v = "on" if v else "off"
+        parts.append(f"{SHORT_NAMES.get(k, k)}={v}")
+    return " ".join(parts)
+
 
 Value = bool | int | float | str
 Domain = list[Value] | dict[str, list[Value]]
@@ -271,10 +291,14 @@ def read_model_shape(model_dir: Path) -> ModelShape:
     )
 
 
+# A further feasibility check (e.g. the performance model's memory fit): the reason, or None.
+Check = Callable[[dict[str, Any]], "str | None"]
+
+
 def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, adapter, gpu,
-                  settings) -> str | None:
+                  settings, checks: Sequence[Check] = ()) -> str | None:
     """Why this configuration cannot run, or None. Only facts the engines enforce live here;
-    engine-specific rules come from the adapter."""
+    engine-specific rules come from the adapter, then each of `checks` in order."""
     world = adapter.world_size(config)
     tp = int(config.get("tensor_parallel_size", 1))
     if world > devices:
@@ -289,4 +313,9 @@ def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, ad
             return "expert parallel over a single rank is the same as no expert parallel"
         if shape.num_experts % ep:
             return f"EP over {ep} ranks does not divide the {shape.num_experts} experts"
-    return adapter.infeasibility(config, shape, gpu, settings)
+    reason = adapter.infeasibility(config, shape, gpu, settings)
+    for check in checks:
+        if reason is not None:
+            break
+        reason = check(config)
+    return reason

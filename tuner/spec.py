@@ -111,6 +111,10 @@ class BudgetSpec(_Strict):
     n_trials: int = Field(gt=0, description="Trials that launch a server, for the whole study.")
     timeout_min: float | None = Field(None, gt=0, description="Start no trial after this long.")
     trial_timeout_s: float = Field(600, gt=0, description="Ready wait plus the whole sweep.")
+    parallel_trials: int = Field(
+        1, ge=1, description="Trials run at the same time, each on its own devices (e.g. two "
+        "TP4 trials on an 8-GPU node)."
+    )
 
 
 class StudySpec(_Strict):

@@ -13,8 +13,10 @@ import random
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +37,12 @@ from tuner.loadgen import run_sweep
 from tuner.metrics import objective, sla_violations, summarize_level
 from tuner.prompts import synthetic_token_prompts
 from tuner.records import LevelMeasurement
+from tuner.slots import DevicePool
 from tuner.space import (
+    Check,
     ModelShape,
     SearchSpace,
+    describe,
     infeasibility,
     load_space,
     read_model_shape,
@@ -79,10 +84,14 @@ class StudyContext:
     runs_dir: Path
     say: Say
     gpu: GpuType
+    stop: threading.Event = field(default_factory=threading.Event)  # set: end every trial
+    # Further feasibility checks after the engine rules (a warm start adds the model's memory fit).
+    checks: list[Check] = field(default_factory=list)
 
     def infeasible(self, config: dict[str, Any]) -> str | None:
         return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
-                             adapter=self.adapter, gpu=self.gpu, settings=self.settings)
+                             adapter=self.adapter, gpu=self.gpu, settings=self.settings,
+                             checks=self.checks)
 
 
 # ---------------------------------------------------------------- preparing (no side effects)
@@ -151,6 +160,9 @@ def prepare(
     check_space(spec, space, adapter)
     inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
+    if spec.engine.port is not None and spec.budget.parallel_trials > 1:
+        raise BadInput("engine.port is fixed but budget.parallel_trials > 1: concurrent servers "
+                       "need their own ports; leave engine.port out")
     if spec.engine.port is not None and not port_is_free(HOST, spec.engine.port):
         raise BadInput(
             f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
@@ -276,21 +288,6 @@ def _read_tail(path: str | None, n: int = 40) -> str | None:
 # ---------------------------------------------------------------- one trial
 
 
-def describe(params: dict[str, Any]) -> str:
-    short = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
-             "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
-             "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
-             "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
-             "speculative_method": "spec", "num_speculative_tokens": "draft",
-             "prompt_lookup_max": "lookup"}
-    parts = []
-    for k, v in params.items():
-        if isinstance(v, bool):
-            v = "on" if v else "off"
-        parts.append(f"{short.get(k, k)}={v}")
-    return " ".join(parts)
-
-
 def _level_line(m: LevelMeasurement) -> str:
     def f(x: float | None, fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
@@ -321,14 +318,19 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
     run_sweep(
         plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
         w.warmup_requests, w.request_timeout_s, on_level=on_level,
-        stop=lambda: not server.alive() or time.monotonic() > deadline,
+        stop=lambda: not server.alive() or time.monotonic() > deadline or ctx.stop.is_set(),
     )
     return levels
 
 
+def _check_stop(ctx: StudyContext) -> None:
+    if ctx.stop.is_set():
+        raise KeyboardInterrupt  # recorded as interrupted by run_trial, like Ctrl-C
+
+
 def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
-              params: dict[str, Any]) -> TrialResult:
-    devices = list(ctx.inventory.devices)
+              params: dict[str, Any], devices: list[int] | None = None) -> TrialResult:
+    devices = list(devices if devices is not None else ctx.inventory.devices)
     port = ctx.spec.engine.port or free_port(HOST)
     workdir = ctx.runs_dir / f"trial-{trial.number:04d}"
     plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
@@ -337,6 +339,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     server = ServerProcess(plan, workdir)
     trial.set_user_attr("worker_host", ctx.inventory.host)
     trial.set_user_attr("worker", _worker_id())
+    trial.set_user_attr("devices", devices[: ctx.adapter.world_size(params)])
     trial_id = ctx.store.start_trial(
         ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
         launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),
@@ -352,10 +355,12 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
                                 pgid=server.pid, create_time=server.create_time or 0.0,
                                 log_path=str(server.log_path))
-        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0))
+        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
+                                    tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
         levels = measure(ctx, server, plan, deadline)
+        _check_stop(ctx)
         failure = _verdict(ctx, server, levels, deadline)
         if failure:
             raise failure
@@ -478,12 +483,14 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
-def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
+def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[TrialResult]:
     study = load_or_create_study(ctx)
     recover(ctx, study)
+    done = _finished_configs(ctx)
+    if warm_start:
+        _warm_start(ctx, study, warm_start, set(done))
     feasible = [c for c in ctx.space.enumerate()
                 if ctx.infeasible(c) is None]
-    done = _finished_configs(ctx)
     ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
             f"{len(feasible)} feasible on {ctx.inventory.description}; "
             f"{len(done)} of {n_trials} trials done; storage {mask_url(ctx.storage_url)}")
@@ -493,14 +500,35 @@ def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
     infeasible_seen: set[str] = set()
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.spec.sampler.seed)
-    with sigterm_as_interrupt():
-        while len(done) < n_trials:
-            untried = [c for c in feasible if _key(c) not in done]
+
+    def record(key: str, result: TrialResult) -> None:
+        results.append(result)
+        done[key] = ctx.store.trial(ctx.name, result.number)
+        if result.state == "complete":
+            verdict = "meets SLA" if result.meets_sla else "misses SLA"
+            ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")
+
+    with sigterm_as_interrupt(), TrialRunner(ctx, study) as runner:
+        while True:
+            for key, result in runner.collect():
+                record(key, result)
+            if len(done) + runner.in_flight >= n_trials:
+                if not runner.in_flight:
+                    break
+                runner.wait_one()
+                continue
+            untried = [c for c in feasible if _key(c) not in done and _key(c) not in runner.keys]
             if not untried:
+                if runner.in_flight:
+                    runner.wait_one()
+                    continue
                 ctx.say("every feasible configuration of the space has been tried")
                 break
             if timeout and time.monotonic() - started > timeout * 60:
                 ctx.say(f"budget.timeout_min ({timeout:g} min) reached: no new trial started")
+                runner.wait_all()
+                for key, result in runner.collect():
+                    record(key, result)
                 break
             if idle >= MAX_IDLE_ASKS:
                 # The sampler keeps proposing what is known: hand it an untried configuration.
@@ -511,6 +539,11 @@ def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
             key = _key(params)
             if key in done:
                 _tell_repeat(study, trial, done[key])
+                idle += 1
+                continue
+            if key in runner.keys:  # being measured right now: nothing to learn yet
+                trial.set_user_attr("repeat_of_running", True)
+                study.tell(trial, state=TrialState.FAIL)
                 idle += 1
                 continue
             reason = ctx.infeasible(params)
@@ -525,14 +558,90 @@ def run_study(ctx: StudyContext, n_trials: int) -> list[TrialResult]:
                                                failure_kind="infeasible", failure_reason=reason))
                 continue
             idle = 0
-            ctx.say(f"trial {trial.number}  {describe(params)}  ({len(done) + 1}/{n_trials})")
-            result = run_trial(ctx, study, trial, params)
-            results.append(result)
-            done[key] = ctx.store.trial(ctx.name, trial.number)
-            if result.state == "complete":
-                verdict = "meets SLA" if result.meets_sla else "misses SLA"
-                ctx.say(f"  -> {result.objective:,.0f} tok/s/GPU, {verdict}")
+            launched = len(done) + runner.in_flight + 1
+            ctx.say(f"trial {trial.number}  {describe(params)}  ({launched}/{n_trials})")
+            runner.submit(trial, params, key)
+        for key, result in runner.collect():
+            record(key, result)
     return results
+
+
+class TrialRunner:
+    """Runs trials one after another, or (budget.parallel_trials > 1) several at once, each on
+    its own devices. Results are collected by the study loop's thread, so its bookkeeping stays
+    single-threaded; Optuna's ask/tell on RDB storage is safe across threads."""
+
+    def __init__(self, ctx: StudyContext, study: optuna.Study):
+        self.ctx, self.study = ctx, study
+        parallel = ctx.spec.budget.parallel_trials
+        self.pool = DevicePool(ctx.inventory.devices)
+        self.executor = (ThreadPoolExecutor(parallel, thread_name_prefix="trial")
+                         if parallel > 1 else None)
+        self._running: dict[Future, str] = {}
+        self._finished: list[tuple[str, TrialResult]] = []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self._running.values())
+
+    def submit(self, trial: optuna.Trial, params: dict[str, Any], key: str) -> None:
+        if self.executor is None:
+            result = run_trial(self.ctx, self.study, trial, params)
+            self._finished.append((key, result))
+            return
+        block = self.pool.acquire(self.ctx.adapter.world_size(params), self.ctx.stop)
+        if block is None:
+            raise KeyboardInterrupt
+        self.ctx.say(f"  trial {trial.number} on devices {block}")
+        self._running[self.executor.submit(self._run, trial, params, block)] = key
+
+    def _run(self, trial: optuna.Trial, params: dict[str, Any], block: list[int]) -> TrialResult:
+        try:
+            return run_trial(self.ctx, self.study, trial, params, block)
+        finally:
+            self.pool.release(block)
+
+    def collect(self) -> list[tuple[str, TrialResult]]:
+        out, self._finished = self._finished, []
+        for fut in [f for f in self._running if f.done()]:
+            key = self._running.pop(fut)
+            out.append((key, fut.result()))  # a trial's interrupt re-raises here
+        return out
+
+    def wait_one(self) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self._running:
+            wait(list(self._running), return_when=FIRST_COMPLETED)
+
+    def wait_all(self) -> None:
+        from concurrent.futures import wait
+
+        wait(list(self._running))
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.ctx.stop.set()  # every running trial stops its server and records itself
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+
+
+def _warm_start(ctx: StudyContext, study: optuna.Study, k: int, done: set[str]) -> None:
+    """The performance model's top k configurations that fit become the next trials; what it
+    says cannot fit in memory is rejected before launch like any infeasible sample."""
+    from tuner.planner import warm_start
+
+    queued = warm_start(ctx, study, k, done=done, store=ctx.store, study_name=ctx.name,
+                        checks=ctx.checks)
+    ctx.say(f"warm start: the performance model queued {len(queued)} configuration(s) first"
+            + "".join(f"\n  {describe(c)}" for c in queued))
 
 
 def mask_url(url: str) -> str:

@@ -70,9 +70,10 @@ class VllmAdapter:
         world = self.world_size(config)
         if inventory.kind == "gpu":
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
-        if world > 1:
-            # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank;
-            # without it, TP > 1 fails with "Not enough allowed NUMA nodes".
+        if world > 1 or len(devices) < len(inventory.devices):
+            # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank:
+            # without it, TP > 1 fails with "Not enough allowed NUMA nodes", and a trial sharing
+            # the node with another must stay on its own cores.
             groups = split_devices(devices, world)
             return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
         return {}

@@ -1,0 +1,191 @@
+"""How fast the dashboard's study page renders on a large study: run by hand, prints a table.
+
+    .venv/bin/python bench/dashboard_load.py [--trials 5000] [--db PATH] [--rebuild]
+
+It builds a study database of SYNTHETIC BENCHMARK DATA (made-up trials and figures, labelled so
+in the study's name and spec; never a measurement) through the product's own writers: tuner's
+Store API for tuner's tables and Optuna's API for Optuna's, in the same SQLite file. Then it
+renders the dashboard's study page with Streamlit's AppTest, cold (a fresh app: every query and
+computation runs) and warm (a rerun: the page's caches hit), and prints the times. The target is a
+cold render under 3 s on a 2-core machine.
+
+The database is kept at --db (default /tmp/tuner-dashboard-bench.db) and reused by later runs
+with the same --trials; --rebuild makes it again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from tuner.dashboard_data import STORAGE_ENV
+from tuner.records import LevelMeasurement
+from tuner.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+APP = REPO / "dashboard" / "app.py"
+STUDY = "synthetic-benchmark-data"
+SPACE = {
+    "tensor_parallel_size": [1, 2, 4, 8],
+    "data_parallel_size": [1, 2, 4],
+    "enable_expert_parallel": [False, True],
+    "max_batch_size": [16, 64, 128, 256, 512],
+    "max_num_tokens": [2048, 8192, 16384],
+    "speculative_method": ["none", "ngram"],
+}
+LEVELS = [4, 16, 64, 256]
+SLA = {"ttft_p90_ms": 2000.0, "min_tok_s_per_user_p90": 40.0}
+SPEC = {
+    "name": STUDY,
+    "note": "SYNTHETIC BENCHMARK DATA made by bench/dashboard_load.py: not a measurement",
+    "search_space": "synthetic",
+    "model": {"path": "synthetic/gpt-oss-120b"},
+    "engine": {"name": "vllm", "executable": "vllm", "args": {"max-model-len": 8192}, "env": {}},
+    "hardware": {"gpu_type": "H200"},
+    "workload": {"input_len": 1024, "output_len": 1024, "concurrency": LEVELS,
+                 "requests_per_level": 256},
+    "sla": SLA,
+    "objective": {"metric": "output_tok_s_per_gpu"},
+    "budget": {"n_trials": 5000},
+}
+
+
+def _levels(rng: random.Random, params: dict) -> list[LevelMeasurement]:
+    """Made-up but plausible figures: throughput per GPU rises with concurrency and batch size,
+    per-user speed falls; more parallelism trades per-GPU throughput for per-user speed."""
+    tp, dp = params["tensor_parallel_size"], params["data_parallel_size"]
+    gpus = tp * dp
+    cap = params["max_batch_size"] * (1.25 if params["speculative_method"] == "ngram" else 1.0)
+    rows = []
+    for c in LEVELS:
+        running = min(c, cap * dp)
+        user = 220 * (tp ** 0.35) / (1 + running / (60 * dp)) * rng.uniform(0.85, 1.15)
+        per_gpu = running * user / gpus * (1.1 if params["enable_expert_parallel"] else 1.0)
+        ttft = 40 + 4 * c / dp * rng.uniform(0.8, 1.2)
+        meets = ttft <= SLA["ttft_p90_ms"] and user * 0.8 >= SLA["min_tok_s_per_user_p90"]
+        rows.append(LevelMeasurement(
+            concurrency=c, requests=256, errors=0, duration_s=60.0, input_tokens=256 * 1024,
+            output_tokens=256 * 1024, request_throughput=per_gpu * gpus / 1024,
+            output_tok_s=per_gpu * gpus, output_tok_s_per_gpu=per_gpu, ttft_p50_ms=ttft * 0.7,
+            ttft_p90_ms=ttft, ttft_p99_ms=ttft * 1.3, itl_p50_ms=1000 / user,
+            itl_p90_ms=1200 / user, itl_p99_ms=1500 / user, tpot_p50_ms=1000 / user,
+            tpot_p90_ms=1250 / user, e2e_p50_ms=ttft + 1024 * 1000 / user,
+            e2e_p90_ms=ttft + 1024 * 1250 / user, tok_s_per_user_p50=user,
+            tok_s_per_user_p90=user * 0.8, goodput_rps=per_gpu * gpus / 1024 if meets else 0.0,
+            meets_sla=meets))
+    return rows
+
+
+def build(path: Path, n_trials: int, seed: int = 0) -> None:
+    """Write `n_trials` synthetic trials into a new database at `path`."""
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        p.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    rng = random.Random(seed)
+    store = Store.open(url)
+    store.ensure_study(STUDY, engine="vllm", model="synthetic/gpt-oss-120b", gpu_type="H200",
+                       spec=SPEC, space={"name": "synthetic", "engine": "vllm", "parameters": {
+                           k: {"values": v} for k, v in SPACE.items()}},
+                       tuner_version="bench")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=STUDY, storage=url, direction="maximize")
+    dists = {k: CategoricalDistribution(v) for k, v in SPACE.items()}
+    frozen = []
+    hardware = {"kind": "gpu", "type": "H200", "description": "synthetic", "host": "bench"}
+    for number in range(n_trials):
+        params = {k: rng.choice(v) for k, v in SPACE.items()}
+        if params["enable_expert_parallel"] and params["tensor_parallel_size"] * \
+                params["data_parallel_size"] == 1:
+            store.record_infeasible(STUDY, number, params,
+                                    "enable_expert_parallel needs more than one rank")
+            frozen.append(create_trial(params=params, distributions=dists,
+                                       state=TrialState.FAIL))
+            continue
+        gpus = params["tensor_parallel_size"] * params["data_parallel_size"]
+        tid = store.start_trial(STUDY, number, params, worker_host="bench", worker_pid=1,
+                                gpus=gpus, hardware=hardware,
+                                log_path=f"/nonexistent/trial-{number:04d}/server.log")
+        roll = rng.random()
+        if roll < 0.04:
+            store.finish_trial(tid, state="failed", failure_kind="oom",
+                               failure_reason="torch.OutOfMemoryError: CUDA out of memory",
+                               log_tail="...\ntorch.OutOfMemoryError: CUDA out of memory")
+            frozen.append(create_trial(params=params, distributions=dists,
+                                       state=TrialState.FAIL))
+            continue
+        levels = _levels(rng, params)
+        ok = [m for m in levels if m.meets_sla]
+        objective = max((m.output_tok_s_per_gpu for m in ok), default=None)
+        store.finish_trial(tid, state="complete", objective=objective, meets_sla=bool(ok),
+                           engine_version="synthetic", measurements=levels)
+        frozen.append(create_trial(params=params, distributions=dists,
+                                   value=objective if objective is not None else 0.0))
+    study.add_trials(frozen)
+    store.close()
+
+
+def render(url: str, *, timeout: float) -> tuple[float, float, int]:
+    """Seconds for a cold render of the study page (caches cleared: every query and computation
+    runs) and a warm one (a rerun, as when a user clicks), and the elements drawn."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    os.environ[STORAGE_ENV] = url
+    at = AppTest.from_file(str(APP), default_timeout=timeout)
+    at.query_params["study"] = STUDY
+    at.run()  # the overview page, the app's default
+    at.switch_page("views/study.py")
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    t0 = time.perf_counter()
+    at.run()
+    cold = time.perf_counter() - t0
+    problems = [e.value for e in at.exception] + [e.value for e in at.error]
+    if problems:
+        raise SystemExit(f"the study page did not render: {problems[0]}")
+    t1 = time.perf_counter()
+    at.run()
+    warm = time.perf_counter() - t1
+    return cold, warm, sum(1 for _ in at.main)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=5000)
+    parser.add_argument("--db", type=Path, default=Path("/tmp/tuner-dashboard-bench.db"))
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--runs", type=int, default=3, help="cold renders to time")
+    args = parser.parse_args()
+
+    marker = args.db.with_name(args.db.name + f".{args.trials}-trials")
+    if args.rebuild or not (args.db.exists() and marker.exists()):
+        marker.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        print(f"building {args.trials:,} synthetic trials into {args.db} ...", flush=True)
+        build(args.db, args.trials)
+        marker.touch()
+        print(f"built in {time.perf_counter() - t0:.1f} s")
+    url = f"sqlite:///{args.db}"
+    print(f"\nstudy page of {STUDY} ({args.trials:,} trials), {os.cpu_count()} CPUs, "
+          f"Python {sys.version.split()[0]}")
+    print(f"{'run':>4}  {'cold s':>7}  {'warm s':>7}  {'elements':>8}")
+    colds = []
+    for i in range(args.runs):
+        cold, warm, n = render(url, timeout=120)
+        colds.append(cold)
+        print(f"{i + 1:>4}  {cold:>7.2f}  {warm:>7.2f}  {n:>8}")
+    best, worst = min(colds), max(colds)
+    verdict = "under" if worst < 3 else "OVER"
+    print(f"cold render: best {best:.2f} s, worst {worst:.2f} s ({verdict} the 3 s target)")
+
+
+if __name__ == "__main__":
+    main()

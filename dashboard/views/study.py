@@ -1,0 +1,214 @@
+"""One study: the best configuration to take away, the Pareto chart, progress, every trial,
+failures and parameter importance."""
+
+import streamlit as st
+import tuner_ui as ui
+
+from tuner import dashboard_data as dd
+
+TABS = ["Progress", "Trials", "Failures", "Parameter importance", "Predicted vs measured"]
+
+
+def choose_study(storage: str, version: tuple) -> str | None:
+    names = ui.study_names(storage, version)
+    if not names:
+        st.title("Study")
+        st.info("No study yet in this database. Run one with `tuner run STUDY.yaml`; it appears "
+                "here as soon as its first trial starts.")
+        return None
+    return st.sidebar.selectbox("Study", names, index=len(names) - 1, key="study",
+                                bind="query-params")
+
+
+def headline(data: dd.StudyData, summary: dd.StudySummary) -> None:
+    st.title(f"{summary.name}  {ui.state_badge(summary.state)}")
+    st.markdown(ui.study_subtitle(summary) + f"  \nSLA: {dd.sla_text(summary.sla)}")
+    c = summary.counts
+    cols = st.columns(6)
+    cols[0].metric(f"best {dd.TOK_GPU}", ui.fmt(summary.best_value),
+                   help="The highest output tok/s per GPU among trials that met the SLA.")
+    cols[1].metric("complete", ui.fmt(c["complete"]))
+    cols[2].metric("failed", ui.fmt(c["failed"]))
+    cols[3].metric("infeasible", ui.fmt(c["infeasible"]),
+                   help="Rejected before launch; no server ran.")
+    cols[4].metric("running", ui.fmt(c["running"]))
+    cols[5].metric(f"launched, of {ui.fmt(summary.budget)}", ui.fmt(summary.launched),
+                   help="Trials that launched a server and reached a verdict, against the "
+                        "spec's budget (n_trials).")
+
+
+def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: tuple) -> None:
+    st.markdown("#### Throughput per GPU against per-user speed")
+    pts = ui.points(storage, data.study.name, version)
+    if pts.empty:
+        st.info("No concurrency level has been measured yet: the chart fills in as trials "
+                "finish.")
+        return
+    c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+    x = c1.segmented_control("per-user speed", [dd.USER_P90, dd.USER_P50], default=dd.USER_P90,
+                             key="pareto_x") or dd.USER_P90
+    color = c2.segmented_control("colour by", ["series", "concurrency", "state"],
+                                 default="series", key="pareto_color") or "series"
+    log_x = c3.toggle("log x", value=True, key="pareto_log")
+    front = dd.pareto_front(pts, x=x)
+    floor = dd.sla_user_floor(summary.sla)
+    chart = ui.pareto_chart(front, x=x, color=color if color != "concurrency" else
+                            "concurrency:N", sla_floor=floor, log_x=log_x)
+    st.altair_chart(chart, width="stretch")
+    n_front = len(front.front)
+    st.caption(
+        f"{len(pts):,} measured points (one per trial and concurrency level), {n_front} on the "
+        "Pareto front (the line). Filled: the level met the SLA; hollow: it missed. Series = "
+        "engine and parallelism."
+        + (" The dashed line is the SLA's per-user floor." if floor and x == dd.USER_P90
+           else ""))
+    with st.expander(f"Pareto-optimal points ({n_front}): the best throughput per GPU at each "
+                     "per-user speed", expanded=n_front <= 8):
+        table = front.front[["trial", "config", "concurrency", dd.TOK_GPU, x, "TTFT p90 ms",
+                             "meets SLA"]].sort_values(dd.TOK_GPU, ascending=False)
+        table.insert(0, "open", [dd.page_url("trial", study=data.study.name, trial=n)
+                                 for n in table["trial"]])
+        config = ui.number_columns(table)
+        config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
+        st.dataframe(ui.rounded(table), hide_index=True, column_config=config, width="stretch",
+                     height=min(35 * (len(table) + 1) + 3, 420))
+        st.caption("Further down the list is more interactive per user, at a cost per GPU: "
+                   "pick the row that meets your latency needs.")
+
+
+def progress(data: dd.StudyData) -> None:
+    by = st.segmented_control("x axis", ["trial", "time"], default="trial",
+                              key="progress_by") or "trial"
+    frame = dd.progress_frame(data, by=by)
+    if frame.empty:
+        st.info("No trial has finished yet.")
+        return
+    st.altair_chart(ui.progress_chart(frame, by=by), width="stretch")
+    failed = int((~frame["outcome"].isin(["met SLA", "missed SLA"])).sum())
+    st.caption("The green step line is the best figure so far among trials that met the SLA."
+               + (f" Failed or infeasible trials ({failed:,}) are drawn at 0." if failed
+                  else ""))
+
+
+def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
+    frame = ui.trials_table(storage, data.study.name, version)
+    if frame.empty:
+        st.info("No trial yet.")
+        return
+    params = [dd.param_label(p) for p in dd.param_columns(data)]
+    cols = st.columns(min(len(params) + 1, 6))
+    states = cols[0].multiselect("state", [s for s in dd.STATES if (frame["state"] == s).any()],
+                                 key="trials_state", placeholder="all")
+    chosen = {}
+    for i, p in enumerate(params):
+        values = sorted(frame[p].dropna().unique().tolist(), key=dd.option_order)
+        chosen[p] = cols[(i + 1) % len(cols)].multiselect(p, values, key=f"trials_{p}",
+                                                          placeholder="all")
+    s1, s2, _ = st.columns([2, 1, 3], vertical_alignment="bottom")
+    sortable = ["trial", dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90, "duration s", "started"]
+    by = s1.selectbox("sort by", sortable, index=1, key="trials_sort")
+    descending = s2.toggle("descending", value=True, key="trials_desc")
+    shown = dd.sort_trials(dd.filter_trials(frame, states=states, params=chosen), by,
+                           descending=descending)
+    shown = shown.copy()
+    shown.insert(0, "open", [dd.page_url("trial", study=data.study.name, trial=n)
+                             for n in shown["trial"]])
+    config = ui.number_columns(shown)
+    config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
+    config["reason"] = st.column_config.TextColumn("reason", width="large")
+    st.dataframe(ui.rounded(shown), hide_index=True, column_config=config, width="stretch",
+                 height=420)
+    st.caption(f"{len(shown):,} of {len(frame):,} trials. Figures are at the concurrency level "
+               "the objective comes from (the fastest per GPU that met the SLA).")
+
+
+def failures(data: dd.StudyData) -> None:
+    groups = dd.failure_groups(data)
+    if not groups:
+        st.success("No trial failed and none was infeasible.")
+        return
+    total = sum(len(g.trials) for g in groups)
+    st.markdown(f"{ui.plural(total, 'trial')} did not complete, for "
+                f"{ui.plural(len(groups), 'distinct reason')}.")
+    for i, g in enumerate(groups):
+        title = f"**{g.kind}** · {ui.plural(len(g.trials), 'trial')} · {g.reason[:120]}"
+        with st.expander(title, expanded=i == 0):
+            st.markdown("**Reason**")
+            st.code(g.reason, language=None, wrap_lines=True)
+            shown = list(zip(g.trials, g.configs, strict=True))[:20]
+            st.markdown("**Trials**: " + ", ".join(f"{n} (`{c}`)" for n, c in shown)
+                        + (f" and {len(g.trials) - 20} more" if len(g.trials) > 20 else ""))
+            if g.log_tail:
+                st.markdown("**Server log tail** (latest trial of this group)")
+                st.code(g.log_tail, language=None, height=300)
+            elif g.kind == "infeasible":
+                st.caption("Rejected before launch: no server ran, so there is no log.")
+
+
+def importance(data: dd.StudyData, storage: str, version: tuple) -> None:
+    imp = ui.importance(storage, data.study.name, version)
+    if not imp.values:
+        st.info(imp.note or "No importances.")
+        return
+    st.altair_chart(ui.importance_chart(imp.values), width="stretch")
+    st.caption(f"Optuna's parameter importance (PED-ANOVA, its default) over {imp.complete} "
+               "complete trials: how differently each parameter is distributed among the best "
+               "trials than among all of them. Only parameters every complete trial has are "
+               "rated.")
+    if imp.note:
+        st.warning(imp.note)
+
+
+def predicted() -> None:
+    st.info("No predictions for this study: tuner's performance model (`tuner plan`) is not "
+            "built yet, so nothing predicted is stored to compare with the measurements. This "
+            "view will show predicted against measured figures once predictions exist.")
+
+
+@ui.page
+def render() -> None:
+    ui.store_or_explain()
+    storage, version = ui.url(), ui.version()
+    name = choose_study(storage, version)
+    if name is None:
+        return
+    data = ui.study(storage, name, version)
+    if data is None:
+        st.warning(f"Study {name!r} is not in this database any more.")
+        return
+    ui.follow_changes(version)
+    summary = dd.summarize(data)
+    headline(data, summary)
+    if not data.trials:
+        st.info("This study has no trial yet: it appears here as soon as its first trial "
+                "starts.")
+        return
+    card = ui.best_card(storage, name, version)
+    if card is None:
+        counts = ", ".join(f"{n} {s}" for s, n in summary.counts.items() if n)
+        st.warning(f"No trial met the SLA yet ({counts}), so there is no configuration to take "
+                   "away. The Failures tab groups what went wrong; relax the SLA, widen the "
+                   "search space or run more trials.")
+    else:
+        ui.draw_best_card(card, data, key="best")
+    pareto(data, summary, storage, version)
+
+    tabs = st.tabs(TABS, key="view", bind="query-params")
+    with tabs[0]:
+        if tabs[0].open:
+            progress(data)
+    with tabs[1]:
+        if tabs[1].open:
+            trials(data, storage, version)
+    with tabs[2]:
+        if tabs[2].open:
+            failures(data)
+    with tabs[3]:
+        if tabs[3].open:
+            importance(data, storage, version)
+    with tabs[4]:
+        if tabs[4].open:
+            predicted()
+
+
+render()

@@ -1,0 +1,105 @@
+"""One trial: its configuration, the launch plan it ran with, one row per concurrency level and
+the server log's tail."""
+
+import pandas as pd
+import streamlit as st
+import tuner_ui as ui
+
+from tuner import dashboard_data as dd
+
+
+@ui.page
+def render() -> None:
+    ui.store_or_explain()
+    storage, version = ui.url(), ui.version()
+    ui.follow_changes(version)
+    names = ui.study_names(storage, version)
+    if not names:
+        st.title("Trial")
+        st.info("No study yet in this database. Run one with `tuner run STUDY.yaml`.")
+        return
+    name = st.sidebar.selectbox("Study", names, index=len(names) - 1, key="study",
+                                bind="query-params")
+    data = ui.study(storage, name, version)
+    if data is None or not data.trials:
+        st.info(f"Study {name} has no trial yet.")
+        return
+    by_number = {t.number: t for t in data.trials}
+    best = dd.best_of(data)
+    numbers = list(by_number)
+    default = numbers.index(best.number) if best is not None else len(numbers) - 1
+    number = st.sidebar.selectbox("Trial", numbers, index=default, key="trial",
+                                  bind="query-params", format_func=str)
+    st.page_link("views/study.py", label=f"Study {name}", icon=":material/arrow_back:",
+                 query_params={"study": name})
+    trial = by_number[number]
+
+    star = " · best of the study" if best is not None and best.number == trial.number else ""
+    st.title(f"Trial {trial.number} of {name}  {ui.state_badge(trial.state)}")
+    st.markdown(f"`{dd.describe(trial.params)}`{star}")
+    if trial.state in ("failed", "infeasible"):
+        st.error(f"**{trial.failure_kind or trial.state}**: {trial.failure_reason or 'no reason'}")
+    elif trial.state == "running":
+        st.info("This trial is running: its figures appear when it finishes.")
+
+    cols = st.columns(5)
+    cols[0].metric(dd.TOK_GPU, ui.fmt(trial.objective))
+    cols[1].metric("SLA", {None: "–", True: "met", False: "missed"}[trial.meets_sla])
+    cols[2].metric("GPUs", ui.fmt(trial.gpus))
+    cols[3].metric("engine", f"{data.study.engine} {trial.engine_version or ''}".strip())
+    duration = ((trial.finished_at - trial.started_at).total_seconds()
+                if trial.finished_at else None)
+    cols[4].metric("duration", "–" if duration is None else f"{duration:,.0f} s")
+
+    left, right = st.columns(2, gap="large")
+    with left:
+        st.subheader("Configuration")
+        values = [str(dd.param_value(v)) for v in trial.params.values()]
+        st.dataframe(pd.DataFrame({"parameter": list(trial.params), "value": values}),
+                     hide_index=True, width="stretch")
+        hw = trial.hardware or {}
+        st.caption(f"host {trial.worker_host or '–'} (pid {trial.worker_pid or '–'}) · "
+                   f"{hw.get('description', data.study.gpu_type)} · started "
+                   f"{trial.started_at:%Y-%m-%d %H:%M:%S} UTC")
+    with right:
+        st.subheader("Launch plan")
+        plan = dd.launch_view(trial)
+        if plan is None:
+            st.info("No launch plan: this trial was rejected before launch."
+                    if trial.state == "infeasible" else
+                    "No launch plan was recorded for this trial.")
+        else:
+            st.markdown(f"**Command** (served on {plan.where})")
+            st.code(plan.command, language="bash", wrap_lines=True)
+            if plan.env:
+                st.markdown("**Environment**")
+                st.code("\n".join(f"{k}={v}" for k, v in plan.env.items()), language="bash")
+            for fname, content in plan.files.items():
+                st.markdown(f"**{fname}**")
+                st.code(content, language="yaml")
+
+    st.subheader("Measurements, one row per concurrency level")
+    if trial.measurements:
+        levels = ui.rounded(dd.levels_frame(trial))
+        st.dataframe(levels, hide_index=True, width="stretch",
+                     column_config=ui.number_columns(levels))
+    else:
+        st.info("No level was measured.")
+
+    if trial.state == "complete":
+        card = dd.best_card(data, trial)
+        if card is not None and trial.meets_sla:
+            is_best = best is not None and best.number == trial.number
+            ui.draw_best_card(card, data, key=f"trial-{trial.number}", link=False,
+                              title="Best configuration" if is_best else "Take it away",
+                              icon=":material/emoji_events:" if is_best
+                              else ":material/download:")
+
+    st.subheader("Server log")
+    text, source = dd.log_tail(trial, storage)
+    st.caption(source)
+    if text:
+        st.code(text, language=None, height=360)
+
+
+render()

@@ -1,0 +1,390 @@
+"""The dashboard's pages, rendered with Streamlit's own testing API (AppTest).
+
+Fast tests use small databases written through the Store and Optuna APIs; the tests marked
+`engine` render every page on the database of a real 3-trial vLLM study (conftest's
+`real_study_dir`: two complete trials, one real segfault).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the dashboard extra is not installed (make install)")
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+from test_dashboard_data import P, StudyWriter, level, mixed_study  # noqa: E402
+
+from tuner import dashboard_data as dd  # noqa: E402
+from tuner.store import Store  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+APP = REPO / "dashboard" / "app.py"
+PAGES = ("views/overview.py", "views/study.py", "views/compare.py", "views/trial.py")
+STUDY_TABS = ("Progress", "Trials", "Failures", "Parameter importance", "Predicted vs measured")
+
+
+def open_page(monkeypatch, url: str, page: str = "views/overview.py", **query: str) -> AppTest:
+    """The app on `url`, switched to `page` with these query parameters, rendered."""
+    monkeypatch.setenv(dd.STORAGE_ENV, url)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.run()
+    assert_clean(at)
+    at.query_params.update(query)
+    at.switch_page(page)
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception element (a stack trace) and no 'could not be drawn' fallback."""
+    assert not at.exception, [e.value for e in at.exception]
+    broken = [e.value for e in at.error if "could not be drawn" in e.value]
+    assert not broken, broken
+
+
+def text(at: AppTest) -> str:
+    parts: list[str] = []
+    for kind in ("title", "header", "subheader", "markdown", "caption", "info", "warning",
+                 "error", "success", "code", "text"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    parts += [f"{m.label}: {m.value}" for m in at.metric]
+    parts += [e.label for e in at.expander]
+    return "\n".join(parts)
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for m in at.metric:
+        found.setdefault(m.label, m.value)  # the first of a label: the page's headline
+    return found
+
+
+def charts(at: AppTest) -> int:
+    return len(at.get("vega_lite_chart"))
+
+
+def show_tab(at: AppTest, tab: str) -> AppTest:
+    at.session_state["view"] = tab
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+# ---------------------------------------------------------------- empty states and errors
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_missing_database_is_explained_on_every_page(monkeypatch, tmp_path, page):
+    at = open_page(monkeypatch, sqlite_url(tmp_path / "nothing.db"), page)
+    assert any("no study database at" in e.value for e in at.error)
+    assert "tuner run" in text(at)
+    assert not (tmp_path / "nothing.db").exists()
+
+
+def test_a_foreign_database_is_refused_with_the_stores_line(monkeypatch, tmp_path):
+    foreign = tmp_path / "app.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE users (id)").connection.close()
+    at = open_page(monkeypatch, sqlite_url(foreign), "views/study.py")
+    assert any("is not a tuner database" in e.value for e in at.error)
+    junk = tmp_path / "notes.db"
+    junk.write_text("not a database")
+    at = open_page(monkeypatch, sqlite_url(junk))
+    assert any("is not an SQLite database" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_database_without_studies_says_so_on_every_page(monkeypatch, tmp_path, page):
+    url = sqlite_url(tmp_path / "tuner.db")
+    Store.open(url).close()
+    at = open_page(monkeypatch, url, page)
+    assert not at.error
+    assert "No study yet" in text(at) or "needs two or more studies" in text(at)
+
+
+def test_a_study_without_trials_yet(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    StudyWriter(url, "fresh")
+    at = open_page(monkeypatch, url, "views/study.py", study="fresh")
+    assert "fresh" in at.title[0].value and "empty" in at.title[0].value
+    assert "no trial yet" in text(at)
+    assert metrics(at)["complete"] == "0"
+
+
+def test_a_study_with_only_failed_trials_explains_why_there_is_no_result(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    w = StudyWriter(url, "broken")
+    w.fail(0, P(2, True), "crash", "Segfault encountered in fused_moe_impl",
+           log_tail="...\nSegfault encountered in fused_moe_impl")
+    w.fail(1, P(1, batch=4), "oom", "KV cache does not fit", log_tail="...\nout of memory")
+    w.infeasible(2, P(1, True), "expert parallel over a single rank")
+    at = open_page(monkeypatch, url, "views/study.py", study="broken")
+    m = metrics(at)
+    assert (m["complete"], m["failed"], m["infeasible"]) == ("0", "2", "1")
+    assert m[f"best {dd.TOK_GPU}"] == "–"
+    assert any("No trial met the SLA yet" in w.value for w in at.warning)
+    assert not at.download_button
+    assert "No concurrency level has been measured yet" in text(at)
+
+    show_tab(at, "Failures")
+    page = text(at)
+    for reason in ("Segfault encountered in fused_moe_impl", "KV cache does not fit",
+                   "expert parallel over a single rank"):
+        assert reason in page
+    assert "out of memory" in page  # a log tail
+    show_tab(at, "Parameter importance")
+    assert "at least 2 complete trials" in text(at)
+
+    at = open_page(monkeypatch, url, "views/trial.py", study="broken", trial="0")
+    assert any("Segfault encountered" in e.value for e in at.error)
+    assert "tail kept in the database" in text(at)
+    at = open_page(monkeypatch, url, "views/trial.py", study="broken", trial="2")
+    assert "rejected before launch" in text(at)
+
+
+# ---------------------------------------------------------------- a synthetic study
+
+
+def test_overview_lists_every_study_with_counts_and_best(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url, "cpu-study")
+    StudyWriter(url, "h200-study", gpu_type="H200").running(0, P())
+    at = open_page(monkeypatch, url)
+    table = at.dataframe[0].value.set_index("study")
+    assert table.loc["cpu-study", f"best {dd.TOK_GPU}"] == 1500
+    assert table.loc["cpu-study", ["complete", "failed", "infeasible", "running"]].tolist() == [
+        2, 1, 1, 0]
+    assert table.loc["h200-study", "running"] == 1
+    assert table.loc["h200-study", "state"] == "running"
+    assert table.loc["h200-study", "GPU type"] == "H200"
+    assert metrics(at)["studies"] == "2"
+    assert len(at.get("page_link")) >= 2
+
+
+def test_study_page_shows_the_best_configuration_to_take_away(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url)
+    at = open_page(monkeypatch, url, "views/study.py", study="s")
+    assert metrics(at)[f"best {dd.TOK_GPU}"] == "1,500"
+    page = text(at)
+    assert "Best configuration · trial 2" in page
+    assert "`tp=1` `ep=off` `batch=4`" in page
+    assert any("vllm serve" in c.value for c in at.code)
+    assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
+    assert charts(at) >= 2  # the Pareto chart and the progress chart
+    assert "2 on the Pareto front" in page and "SLA's per-user floor" in page
+
+
+def test_trials_tab_filters_and_sorts(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url)
+    at = show_tab(open_page(monkeypatch, url, "views/study.py", study="s"), "Trials")
+    table = at.dataframe[-1].value
+    assert table["trial"].tolist() == [2, 0, 1, 3]  # by tok/s/GPU, gaps last
+    at.multiselect(key="trials_state").set_value(["complete"]).run()
+    assert at.dataframe[-1].value["trial"].tolist() == [2, 0]
+    at.multiselect(key="trials_tp").set_value([2]).run()
+    assert at.dataframe[-1].value["trial"].tolist() == [0]
+    assert "1 of 4 trials" in text(at)
+    at.multiselect(key="trials_state").set_value([]).run()
+    at.selectbox(key="trials_sort").set_value("trial").run()
+    at.toggle(key="trials_desc").set_value(False).run()
+    assert at.dataframe[-1].value["trial"].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("tab", STUDY_TABS)
+def test_every_study_tab_renders(monkeypatch, tmp_path, tab):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url)
+    at = show_tab(open_page(monkeypatch, url, "views/study.py", study="s"), tab)
+    page = text(at)
+    expected = {"Progress": "best figure so far", "Trials": "of 4 trials",
+                "Failures": "Segfault encountered in fused_moe_impl",
+                "Parameter importance": "rough hint",
+                "Predicted vs measured": "No predictions for this study"}[tab]
+    assert expected in page
+
+
+def test_trial_page_shows_config_plan_levels_and_exports(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url)
+    at = open_page(monkeypatch, url, "views/trial.py", study="s")  # the best by default
+    assert "Trial 2 of s" in at.title[0].value
+    codes = [c.value for c in at.code]
+    assert "vllm serve /models/tiny-gpt-oss --config config.yaml --port 41000" in codes
+    assert "tensor-parallel-size: 1" in codes
+    levels = at.dataframe[1].value
+    assert levels["concurrency"].tolist() == [2, 8]
+    assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
+    assert "no server log was recorded for this trial" in text(at)
+
+
+def test_compare_puts_two_studies_on_one_chart_and_one_table(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url, "cpu-study")
+    w = StudyWriter(url, "h200-study", gpu_type="H200")
+    w.complete(0, P(2), [level(8, 5000.0, 90.0), level(64, 9000.0, 60.0)])
+    at = open_page(monkeypatch, url, "views/compare.py")
+    assert charts(at) == 1
+    table = at.dataframe[0].value.set_index("study")
+    assert table.loc["h200-study", f"best {dd.TOK_GPU}"] == 9000
+    assert table.loc["cpu-study", f"best {dd.TOK_GPU}"] == 1500
+    assert table.loc["h200-study", "GPU type"] == "H200"
+
+
+# ---------------------------------------------------------------- a reader, while a study writes
+
+
+def _dump(path: Path) -> list[str]:
+    connection = sqlite3.connect(path)
+    try:
+        return list(connection.iterdump())
+    finally:
+        connection.close()
+
+
+def test_rendering_every_page_changes_nothing_in_the_database(monkeypatch, tmp_path):
+    db = tmp_path / "tuner.db"
+    mixed_study(sqlite_url(db))
+    before = _dump(db)
+    for page in PAGES:
+        at = open_page(monkeypatch, sqlite_url(db), page, study="s")
+        if page == "views/study.py":
+            for tab in STUDY_TABS:
+                show_tab(at, tab)
+    assert _dump(db) == before
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from test_dashboard_data import P, StudyWriter, level
+    w = StudyWriter({url!r}, "live")
+    print("ready", flush=True)
+    for i in range(40):
+        w.complete(i, P(1 + i % 2, batch=4 if i % 3 else 16),
+                   [level(2, 100.0 + i, 200.0), level(8, 300.0 + i, 120.0)])
+        time.sleep(0.02)
+""")
+
+
+def test_the_dashboard_keeps_working_while_a_study_writes(monkeypatch, tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    code = WRITER.format(tests=str(REPO / "tests"), url=url)
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        seen = []
+        at = open_page(monkeypatch, url, "views/study.py", study="live")
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline:
+            at.run()
+            assert_clean(at)
+            assert not at.error, [e.value for e in at.error]
+            seen.append(int(metrics(at)["complete"]))
+        assert writer.wait(timeout=60) == 0
+        at.run()
+        assert_clean(at)
+        assert metrics(at)["complete"] == "40"
+        assert len(seen) >= 2 and seen == sorted(seen)
+    finally:
+        writer.kill()
+
+
+RENDER_ALL = textwrap.dedent("""
+    import os, sys
+    os.environ[{env!r}] = {url!r}
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file({app!r}, default_timeout=60)
+    at.query_params["study"] = "s"
+    at.run()
+    for page in {pages!r}:
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, at.exception
+    for tab in {tabs!r}:
+        at.switch_page("views/study.py")
+        at.session_state["view"] = tab
+        at.run()
+    bad = [m for m in ("tuner.launcher", "tuner.study", "tuner.loadgen") if m in sys.modules]
+    print(bad)
+    sys.exit(1 if bad else 0)
+""")
+
+
+def test_no_page_imports_the_launcher_or_the_study_loop(tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    mixed_study(url)
+    code = RENDER_ALL.format(env=dd.STORAGE_ENV, url=url, app=str(APP), pages=PAGES,
+                             tabs=STUDY_TABS)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- a real study's database
+
+
+@pytest.fixture
+def real_url(real_study_dir) -> str:
+    return sqlite_url(real_study_dir / "tuner.db")
+
+
+@pytest.mark.engine
+def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
+    store = Store.open(real_url, create=False)
+    trials = store.trials("test-study")
+    best = max((t for t in trials if t.meets_sla), key=lambda t: t.objective)
+    counts = {s: sum(t.state == s for t in trials) for s in dd.STATES}
+    assert counts["complete"] == 2 and counts["failed"] == 1
+
+    at = open_page(monkeypatch, real_url)
+    row = at.dataframe[0].value.set_index("study").loc["test-study"]
+    assert row[f"best {dd.TOK_GPU}"] == round(best.objective)
+    assert (row["complete"], row["failed"], row["infeasible"]) == (
+        counts["complete"], counts["failed"], counts["infeasible"])
+
+    at = open_page(monkeypatch, real_url, "views/study.py", study="test-study")
+    m = metrics(at)
+    assert m[f"best {dd.TOK_GPU}"] == f"{best.objective:,.0f}"
+    assert (m["complete"], m["failed"], m["infeasible"]) == (
+        str(counts["complete"]), str(counts["failed"]), str(counts["infeasible"]))
+    assert f"Best configuration · trial {best.number}" in text(at)
+    assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
+    assert any("vllm serve" in c.value for c in at.code)
+    assert charts(at) >= 2
+    for tab in STUDY_TABS:
+        show_tab(at, tab)
+        if tab == "Failures":
+            page = text(at)
+            assert "Segfault" in page and "crash" in page
+        if tab == "Trials":
+            assert len(at.dataframe[-1].value) == len(trials)
+        if tab == "Parameter importance":
+            assert charts(at) >= 2 or "Importance needs" in text(at)
+
+    at = open_page(monkeypatch, real_url, "views/trial.py", study="test-study",
+                   trial=str(best.number))
+    assert f"Trial {best.number} of test-study" in at.title[0].value
+    assert any("vllm serve" in c.value and "--config" in c.value for c in at.code)
+    assert len(at.dataframe[1].value) == len(best.measurements)
+    assert "server.log" in text(at)  # the real log file, read beside the database
+
+    failed = next(t for t in trials if t.state == "failed")
+    at = open_page(monkeypatch, real_url, "views/trial.py", study="test-study",
+                   trial=str(failed.number))
+    assert any("Segfault" in e.value for e in at.error)
+
+    at = open_page(monkeypatch, real_url, "views/compare.py")
+    assert "needs two or more studies" in text(at)

@@ -1,0 +1,182 @@
+"""`tuner dashboard` as a real server, loaded in headless Chromium (Debian's, driven by
+Playwright with `executable_path`; `playwright install` is never needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tuner.store import Store
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOT_COPY = Path("/tmp/dashboard-screenshot.png")
+TUNER = [sys.executable, "-m", "tuner.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_tuner(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*TUNER, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---------------------------------------------------------------- refusals (fast, no server)
+
+
+def test_dashboard_refuses_a_missing_database_in_one_line(tmp_path):
+    proc = run_tuner("dashboard", "--storage", f"sqlite:///{tmp_path / 'none.db'}",
+                     cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: no study database at {tmp_path / 'none.db'}: run `tuner run` first or pass "
+        "--storage"]
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_dashboard_refuses_a_foreign_file_and_a_busy_port(tmp_path):
+    junk = tmp_path / "notes.db"
+    junk.write_text("hello")
+    proc = run_tuner("dashboard", "--storage", f"sqlite:///{junk}", cwd=tmp_path)
+    assert proc.returncode == 2 and "is not an SQLite database" in proc.stderr
+    assert junk.read_text() == "hello"
+
+    Store.open(f"sqlite:///{tmp_path / 'tuner.db'}").close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_tuner("dashboard", "--port", str(port), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert f"--port {port} on 127.0.0.1 cannot be used" in proc.stderr
+
+
+# ---------------------------------------------------------------- the real server in a browser
+
+
+class Dashboard:
+    """`tuner dashboard` in its own process group; stopped (and checked stopped) on exit."""
+
+    def __init__(self, storage: str, cwd: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = cwd / "dashboard.log"
+        self._log = self.log.open("w")
+        self.proc = subprocess.Popen([*TUNER, "dashboard", "--storage", storage, "--port",
+                                      str(self.port)], cwd=cwd, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"tuner dashboard exited {self.proc.returncode}: "
+                            f"{self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        return
+            except OSError:
+                time.sleep(0.5)
+        pytest.fail(f"tuner dashboard not ready in {timeout} s: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM to tuner alone: it must stop its Streamlit server too."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=30)
+        finally:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # whatever is left of the group
+            except ProcessLookupError:
+                pass
+            self._log.close()
+        return code
+
+
+@pytest.fixture
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (make install)")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is absent: apt-get install chromium (.ci/run does)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.mark.engine
+def test_the_study_page_shows_the_best_configuration_in_a_browser(real_study_dir, browser,
+                                                                  tmp_path):
+    db = real_study_dir / "tuner.db"
+    store = Store.open(f"sqlite:///{db}", create=False)
+    trials = store.trials("test-study")
+    store.close()
+    best = max((t for t in trials if t.meets_sla), key=lambda t: t.objective)
+
+    server = Dashboard(f"sqlite:///{db}", tmp_path)
+    try:
+        server.wait_ready()
+        page = browser.new_page(viewport={"width": 1500, "height": 2400})
+        page.goto(f"{server.url}/study?study=test-study", timeout=60_000)
+        card = page.get_by_text(f"Best configuration · trial {best.number}")
+        card.wait_for(timeout=60_000)
+        page.get_by_text("Throughput per GPU against per-user speed").wait_for(timeout=30_000)
+        page.locator("[data-testid='stVegaLiteChart'] canvas, "
+                     "[data-testid='stVegaLiteChart'] svg").first.wait_for(timeout=30_000)
+        values = page.get_by_test_id("stMetricValue").all_inner_texts()
+        assert f"{best.objective:,.0f}" in values
+        body = page.inner_text("body")
+        assert "vllm serve" in body
+        for name in ("config.yaml", "launch.sh", "best.json"):
+            assert page.get_by_role("button", name=name).count() >= 1, name
+        assert "Traceback" not in body
+        time.sleep(1)  # let the charts finish drawing
+        shot = tmp_path / "study-page.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 20_000
+        shutil.copyfile(shot, SCREENSHOT_COPY)
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()[-2000:]
+    with socket.socket() as s:  # the Streamlit server went with it
+        assert s.connect_ex(("127.0.0.1", server.port)) != 0
+
+
+def test_an_open_study_page_follows_a_study_that_writes(browser, tmp_path):
+    from test_dashboard_data import P, level, mixed_study
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    writer = mixed_study(url)
+    server = Dashboard(url, tmp_path)
+    try:
+        server.wait_ready()
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(f"{server.url}/study?study=s", timeout=60_000)
+        page.get_by_text("Best configuration · trial 2").wait_for(timeout=60_000)
+        writer.complete(4, P(2, batch=4), [level(2, 800.0, 300.0), level(8, 2400.0, 180.0)])
+        # The page re-reads by itself (the sidebar's Live switch, on by default).
+        page.get_by_text("Best configuration · trial 4").wait_for(timeout=30_000)
+        assert "2,400" in page.get_by_test_id("stMetricValue").all_inner_texts()
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()[-2000:]
