@@ -19,6 +19,7 @@ from sqlalchemy import (
     Dialect,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -205,3 +206,35 @@ class ServerModel(Base):
     stopped_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
     trial: Mapped[TrialModel] = relationship(back_populates="servers")
+
+
+class PredictionModel(Base):
+    """A performance-model prediction for one configuration at one concurrency level.
+
+    Predictions are kept apart from measurements by table and by `source` (e.g. "perfmodel"), and
+    belong to a study by name: a plan can be stored before its study has run a trial.
+    """
+
+    __tablename__ = "tuner_predictions"
+    __table_args__ = (
+        UniqueConstraint("study_name", "source", "engine", "gpu_type", "config_key",
+                         "concurrency", name="uq_tuner_predictions_key"),
+        Index("ix_tuner_predictions_study", "study_name", "source"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_name: Mapped[str] = mapped_column(String(MAX_INDEXED_STRING_LENGTH), nullable=False)
+    source: Mapped[str] = mapped_column(String(32), nullable=False)
+    engine: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    calibration: Mapped[str] = mapped_column(Text, nullable=False)  # which fitted factors
+    config_key: Mapped[str] = mapped_column(String(64), nullable=False)  # digest of params
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    concurrency: Mapped[int] = mapped_column(Integer, nullable=False)
+    fits: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    output_tok_s_per_gpu: Mapped[float] = mapped_column(Float, nullable=False)
+    tok_s_per_user: Mapped[float] = mapped_column(Float, nullable=False)
+    ttft_ms: Mapped[float] = mapped_column(Float, nullable=False)
+    meets_sla: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)

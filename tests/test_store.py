@@ -23,7 +23,8 @@ from db.models import VERSION_TABLE, Base, MeasurementModel
 from tuner.records import LevelMeasurement
 from tuner.store import Store, StoreError
 
-TUNER_TABLES = {"tuner_studies", "tuner_trials", "tuner_measurements", "tuner_servers"}
+TUNER_TABLES = {"tuner_studies", "tuner_trials", "tuner_measurements", "tuner_servers",
+                "tuner_predictions"}
 HEAD = ScriptDirectory(str(Path(db.__file__).parent / "migrations")).get_current_head()
 STUDY = dict(
     engine="vllm",
@@ -471,3 +472,12 @@ def test_a_database_from_a_newer_tuner_is_refused_untouched(db_path: Path):
 def test_an_unparsable_url_is_a_store_error():
     with pytest.raises(StoreError, match="cannot parse storage URL"):
         Store.open("not a url")
+
+
+def test_a_storage_url_is_printed_without_its_password():
+    from tuner.store import mask_url
+
+    shown = mask_url("postgresql+psycopg://tuner:s3cr3t@db.internal:5432/studies")
+    assert shown == "postgresql+psycopg://tuner:***@db.internal:5432/studies"
+    assert mask_url("sqlite:///tuner.db") == "sqlite:///tuner.db"
+    assert mask_url("not a url at all") == "<storage url>"

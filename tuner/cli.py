@@ -58,6 +58,9 @@ def run(
                    "type instead of the spec's (H100-SXM, H200, B200, GB200).")] = None,
     engine: Annotated[str | None, typer.Option("--engine", help="With --dry-run: plan for "
                       "this engine instead of the spec's.")] = None,
+    warm_start: Annotated[int, typer.Option("--warm-start", min=0, metavar="K", help="Run the "
+                          "performance model's top K configurations first, and reject what it "
+                          "says cannot fit in memory before launch.")] = 0,
 ) -> None:
     """Run (or resume) a tuning study of real serving trials, then export the best one."""
     from tuner.export import best_trial, default_formats, write_export
@@ -72,7 +75,7 @@ def run(
         raise BadInput("--gpu and --engine apply to --dry-run; for a real study set "
                        "hardware.gpu_type and engine.name in the spec")
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
-    run_study(ctx, n_trials or spec.budget.n_trials)
+    run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm_start)
     study = ctx.store.get_study(ctx.name)
     trials = ctx.store.trials(ctx.name)
     _print_trials(trials)
@@ -252,6 +255,7 @@ def dashboard(
 
     from tuner.dashboard_data import STORAGE_ENV
     from tuner.spec import DEFAULT_STORAGE
+    from tuner.store import mask_url
 
     url = storage or DEFAULT_STORAGE
     _open(url).close()  # a missing or foreign database: the store's one-line error, exit 2
@@ -279,7 +283,8 @@ def dashboard(
                "--client.toolbarMode", "minimal", "--theme.base", "light"]
     # The URL travels in the environment: no shell quoting, and no password in `ps` output.
     env = {**os.environ, STORAGE_ENV: url}
-    out.print(f"tuner dashboard: http://{address}:{port}  (reading {url}; Ctrl-C stops it)")
+    out.print(f"tuner dashboard: http://{address}:{port}  (reading {mask_url(url)}; Ctrl-C "
+              "stops it)")
     proc = subprocess.Popen(command, env=env)
     # A SIGTERM to tuner (a supervisor, `kill`) stops the server too instead of orphaning it.
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
@@ -350,7 +355,7 @@ def plan(
     if top:
         frame = planner.top_frame(result, top)
         out.print(f"\ntop {len(frame)} candidates (the study's objective: best tok/s per GPU "
-                  "among levels predicted to meet the SLA):")
+                  "among levels predicted to meet the SLA; identical predictions listed once):")
         out.print(_table(frame, width=90) if not frame.empty else "none is predicted to meet "
                   "the SLA")
     if export_path is not None:

@@ -27,7 +27,9 @@ from sqlalchemy import (
     Engine,
     Select,
     create_engine,
+    delete,
     event,
+    insert,
     inspect,
     select,
     update,
@@ -43,13 +45,15 @@ from db.models import (
     TRIAL_STATES,
     VERSION_TABLE,
     MeasurementModel,
+    PredictionModel,
     ServerModel,
     StudyModel,
     TrialModel,
 )
 from tuner.records import LevelMeasurement
 
-__all__ = ["ServerRecord", "Store", "StoreError", "StudyRecord", "TrialRecord"]
+__all__ = ["PredictionRecord", "ServerRecord", "Store", "StoreError", "StudyRecord",
+           "TrialRecord"]
 
 _MIGRATIONS = Path(db.__file__).resolve().parent / "migrations"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -101,6 +105,27 @@ class TrialRecord:
     started_at: dt.datetime
     finished_at: dt.datetime | None
     measurements: list[LevelMeasurement]
+
+
+@dataclass
+class PredictionRecord:
+    """A stored prediction (never a measurement): one configuration at one concurrency level."""
+
+    study_name: str
+    source: str
+    engine: str
+    gpu_type: str
+    calibration: str
+    config_key: str
+    params: dict
+    concurrency: int
+    fits: bool
+    output_tok_s_per_gpu: float
+    tok_s_per_user: float
+    ttft_ms: float
+    meets_sla: bool
+    reason: str | None
+    created_at: dt.datetime
 
 
 @dataclass
@@ -364,6 +389,61 @@ class Store:
                 .order_by(ServerModel.started_at, ServerModel.id)
             )
             return [_server_record(row) for row in session.scalars(query)]
+
+    # -- predictions --------------------------------------------------------------------------
+
+    def save_predictions(
+        self,
+        study_name: str,
+        rows: Sequence[dict[str, Any]],
+        *,
+        source: str,
+        engine: str,
+        gpu_type: str,
+        calibration: str,
+        replace_all: bool = False,
+    ) -> int:
+        """Store predictions of `source` (e.g. "perfmodel") for a study, in one transaction.
+
+        Each row holds config_key, params, concurrency, fits, output_tok_s_per_gpu,
+        tok_s_per_user, ttft_ms, meets_sla and reason. The rows of a configuration replace every
+        stored prediction of that configuration (all its levels); with replace_all, every stored
+        prediction of this study, source, engine and GPU type is replaced. The study need not
+        exist yet. Returns the number of rows stored.
+        """
+        now = _now()
+        values = [
+            {**{k: r[k] for k in _PREDICTION_ROW}, "study_name": study_name, "source": source,
+             "engine": engine, "gpu_type": gpu_type, "calibration": calibration,
+             "created_at": now}
+            for r in rows
+        ]
+        scope = (
+            PredictionModel.study_name == study_name,
+            PredictionModel.source == source,
+            PredictionModel.engine == engine,
+            PredictionModel.gpu_type == gpu_type,
+        )
+        with self._session(f"store predictions of {study_name!r}") as session:
+            if replace_all:
+                session.execute(delete(PredictionModel).where(*scope))
+            else:
+                keys = sorted({v["config_key"] for v in values})
+                for i in range(0, len(keys), 500):
+                    session.execute(delete(PredictionModel).where(
+                        *scope, PredictionModel.config_key.in_(keys[i : i + 500])))
+            if values:
+                session.execute(insert(PredictionModel), values)
+        return len(values)
+
+    def predictions(self, study_name: str, *, source: str | None = None) -> list[PredictionRecord]:
+        """A study's stored predictions (of one source, or all), by configuration and level."""
+        query = select(PredictionModel).where(PredictionModel.study_name == study_name)
+        if source is not None:
+            query = query.where(PredictionModel.source == source)
+        query = query.order_by(PredictionModel.id)
+        with self._session(f"read predictions of {study_name!r}") as session:
+            return [_prediction_record(row) for row in session.scalars(query)]
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -655,6 +735,14 @@ def _measurement(row: MeasurementModel) -> LevelMeasurement:
     return LevelMeasurement(**{name: getattr(row, name) for name in _MEASUREMENT_FIELDS})
 
 
+_PREDICTION_ROW = ("config_key", "params", "concurrency", "fits", "output_tok_s_per_gpu",
+                   "tok_s_per_user", "ttft_ms", "meets_sla", "reason")
+
+
+def _prediction_record(row: PredictionModel) -> PredictionRecord:
+    return PredictionRecord(**{f.name: getattr(row, f.name) for f in fields(PredictionRecord)})
+
+
 def _server_record(row: ServerModel) -> ServerRecord:
     return ServerRecord(
         trial_id=row.trial_id,
@@ -696,3 +784,13 @@ def _hint(e: SQLAlchemyError) -> str:
     if isinstance(e, OperationalError):
         return ": check the database is reachable, writable and not locked by another process"
     return ""
+
+
+def mask_url(url: str) -> str:
+    """A storage URL with any password replaced, for printing."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL is reported elsewhere; never print it raw
+        return "<storage url>"

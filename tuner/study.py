@@ -49,7 +49,7 @@ from tuner.space import (
     shape_by_name,
 )
 from tuner.spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
-from tuner.store import Store, StoreError, TrialRecord
+from tuner.store import Store, StoreError, TrialRecord, mask_url
 
 HOST = "127.0.0.1"
 MAX_IDLE_ASKS = 10
@@ -642,13 +642,3 @@ def _warm_start(ctx: StudyContext, study: optuna.Study, k: int, done: set[str]) 
                         checks=ctx.checks)
     ctx.say(f"warm start: the performance model queued {len(queued)} configuration(s) first"
             + "".join(f"\n  {describe(c)}" for c in queued))
-
-
-def mask_url(url: str) -> str:
-    """A storage URL with any password replaced, for printing."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL is reported elsewhere; never print it raw
-        return "<storage url>"

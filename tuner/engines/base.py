@@ -7,6 +7,7 @@ plan, placed on default devices, is what gets exported, so a deploy runs what wa
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -88,11 +89,17 @@ class EngineAdapter(Protocol):
 
 def moe_backends(engine: str) -> dict[str, list[str]]:
     """Backend -> architectures where it runs (tuner/data/moe_backends.yaml)."""
+    return dict(_moe_backend_table().get(engine, {}))
+
+
+@functools.cache
+def _moe_backend_table() -> dict[str, dict[str, list[str]]]:
+    # Read once: feasibility asks this for every configuration of a space (tens of thousands).
     import yaml
 
     from tuner.hwtypes import DATA
 
-    return yaml.safe_load((DATA / "moe_backends.yaml").read_text()).get(engine, {})
+    return yaml.safe_load((DATA / "moe_backends.yaml").read_text())
 
 
 def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | None:

@@ -1,0 +1,279 @@
+"""The performance model: what it assumes about weights, KV cache, steps and memory, and how well
+it reproduces published figures. Pure computation: no server, no database."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from tuner import perfmodel as pm
+from tuner.engines import get_adapter
+from tuner.hwtypes import GpuType
+from tuner.space import known_shapes
+
+G120 = pm.model_facts("gpt-oss-120b")
+CAL = pm.load_calibration()
+BASE = {"tensor_parallel_size": 1, "moe_backend": "triton", "max_batch_size": 256,
+        "max_num_tokens": 8192, "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.9,
+        "speculative_method": "none"}
+
+
+def setup(gpu="H200", engine="vllm", model=G120, isl=1024, osl=1024, **config) -> pm.Setup:
+    config = {**BASE, **config}
+    if engine == "trtllm":
+        config["moe_backend"] = config["moe_backend"].upper()
+    g = gpu if isinstance(gpu, GpuType) else pm.gpu_for_model(gpu)
+    return pm.setup_of(config, model=model, gpu=g, engine=pm.facts().engine(engine),
+                       layout=pm.layout_of(config, get_adapter(engine)), isl=isl, osl=osl)
+
+
+def run(s: pm.Setup, conc: float, cal: pm.Calibration = CAL) -> pm.Prediction:
+    return pm.predict(pm.stack([s]), np.array([conc]), cal)
+
+
+def gb(x) -> float:
+    return float(np.asarray(x).ravel()[0]) / 1e9
+
+
+# ---------------------------------------------------------------- shapes and weights
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_parameter_counts_from_the_shape_match_the_model_card(name):
+    facts, card = pm.model_facts(name), known_shapes()[name]
+    assert facts.total_params / 1e9 == pytest.approx(card["params_total_b"], rel=0.01)
+    assert facts.active_params / 1e9 == pytest.approx(card["params_active_b"], rel=0.02)
+
+
+def test_weights_are_mxfp4_experts_plus_bf16_rest_about_the_checkpoint_size():
+    mem = pm.stack([setup()]).column()
+    weights = gb(pm.predict(mem, np.array([[1.0]]), CAL).memory.weights)
+    experts = G120.layers * G120.experts * G120.expert_params * 4.25 / 8 / 1e9
+    assert experts == pytest.approx(60.9, abs=0.2)
+    assert weights == pytest.approx(experts + 2 * (G120.total_params / 1e9 - experts / 4.25 * 8),
+                                    rel=0.01)
+    assert 61 <= weights <= 66  # "checkpoint about 61-63 GB", and BF16 embeddings un-tied
+
+
+def test_tensor_parallel_splits_all_weights_and_attention_dp_replicates_attention():
+    def weights(**config) -> float:
+        return gb(run(setup(**config), 1).memory.weights)
+
+    tp1, tp2 = weights(), weights(tensor_parallel_size=2)
+    assert tp2 == pytest.approx(tp1 / 2, rel=0.001)
+    # vLLM DP2 + EP: experts over both ranks, attention and embeddings whole on each.
+    dep2 = weights(data_parallel_size=2, enable_expert_parallel=True)
+    assert tp2 < dep2 < tp1
+    dense = (G120.layers * G120.attention_params + 2 * G120.embedding_params) * 2 / 1e9
+    assert dep2 - tp2 == pytest.approx(dense / 2, rel=0.001)
+
+
+def test_only_full_attention_layers_grow_the_kv_cache_past_the_window():
+    c = pm.stack([setup(), setup(kv_cache_dtype="fp8")])
+    mem = pm.predict(c, np.array([1.0, 1.0]), CAL).memory
+    per_seq = [pm._roofline.kv_per_sequence(c, mem, np.array([n, n])) for n in (2048, 2049, 64)]
+    full_layers = G120.layers - G120.sliding_layers
+    per_token = 2 * G120.kv_heads * G120.head_dim * 2  # K and V, BF16, per layer
+    assert per_seq[1] - per_seq[0] == pytest.approx([full_layers * per_token,
+                                                     full_layers * per_token / 2])
+    assert per_seq[2] == pytest.approx([64 * G120.layers * per_token,
+                                        64 * G120.layers * per_token / 2])
+
+
+# ---------------------------------------------------------------- steps
+
+
+def test_expected_tokens_per_step_of_speculative_decoding():
+    k, a = np.array([0, 3, 3, 1]), np.array([0.7, 0.5, 0.0, 0.9])
+    assert pm.expected_tokens(k, a) == pytest.approx([1, 1.875, 1, 1.9])
+
+
+def test_one_user_is_memory_bound_and_a_full_batch_compute_bound():
+    h200 = pm.gpu_for_model("H200")
+    faster_memory = dataclasses.replace(h200, hbm_tb_s=h200.hbm_tb_s * 2)
+    faster_math = dataclasses.replace(h200, bf16_dense_tflops=h200.bf16_dense_tflops * 2,
+                                      fp8_dense_tflops=h200.fp8_dense_tflops * 2)
+
+    def gain(gpu, conc, metric):
+        return (getattr(run(setup(gpu=gpu), conc), metric)[0]
+                / getattr(run(setup(gpu=h200), conc), metric)[0])
+
+    # One user: the weights stream from HBM each step (the rest is fixed per-step overhead).
+    assert gain(faster_memory, 1, "tok_s_per_user") > 1.1
+    assert gain(faster_math, 1, "tok_s_per_user") < 1.02
+    # A full batch: the expert GEMMs dominate.
+    assert gain(faster_math, pm.MAX, "tok_s_per_gpu") > 1.3
+    assert gain(faster_math, pm.MAX, "tok_s_per_gpu") > gain(faster_memory, pm.MAX,
+                                                             "tok_s_per_gpu")
+
+
+def test_tensor_parallel_speeds_up_one_user_at_a_cost_per_gpu():
+    tp1, tp8 = run(setup(), 64), run(setup(tensor_parallel_size=8), 64)
+    assert tp8.tok_s_per_user[0] > 1.5 * tp1.tok_s_per_user[0]
+    assert tp8.tok_s_per_gpu[0] < tp1.tok_s_per_gpu[0]
+
+
+def test_speculation_pays_only_when_drafts_are_accepted():
+    def speed(acceptance: float) -> float:
+        cal = pm.Calibration({**CAL.factors, "acceptance.eagle3": acceptance}, "test", {})
+        s = setup(speculative_method="eagle3", num_speculative_tokens=3)
+        return float(run(s, 1, cal).tok_s_per_user[0])
+
+    plain = float(run(setup(), 1).tok_s_per_user[0])
+    assert speed(0.0) < plain < speed(0.8)
+
+
+def test_more_concurrency_means_more_throughput_and_slower_users_until_the_batch_limit():
+    s = setup(max_batch_size=64)
+    p = pm.predict(pm.stack([s]).column(), np.array([[1.0, 8, 64, 256]]), CAL)
+    per_gpu, per_user = p.tok_s_per_gpu[0], p.tok_s_per_user[0]
+    assert np.all(np.diff(per_gpu[:3]) > 0) and np.all(np.diff(per_user[:3]) < 0)
+    assert p.batch[0, 3] == 64  # the rest wait in the queue ...
+    assert p.ttft_ms[0, 3] > 10 * p.ttft_ms[0, 2]  # ... which shows in their TTFT
+
+
+# ---------------------------------------------------------------- memory fit
+
+
+def test_tp1_on_an_80gb_h100_cannot_hold_the_kv_cache_of_high_concurrency():
+    c = pm.stack([setup(gpu="H100-SXM")]).column()
+    p = pm.predict(c, np.array([[1.0, 8, 256]]), CAL)
+    assert p.level_fits[0].tolist() == [True, True, False]
+    reason = pm.memory_reason(c, p, (0, 2), level=True)
+    assert "KV cache for 256 sequences of 2,048 tokens" in reason
+    assert "weights 65.2 GB" in reason and "of 80 GB" in reason
+    assert pm.predict(pm.stack([setup(gpu="H200")]), np.array([256.0]), CAL).level_fits[0]
+
+
+def test_weights_larger_than_the_memory_fraction_cannot_launch_at_all():
+    c = pm.stack([setup(gpu="H100-SXM", gpu_memory_fraction=0.5)])
+    p = run(c_setup := setup(gpu="H100-SXM", gpu_memory_fraction=0.5), 1)
+    assert not p.config_fits[0]
+    assert "exceed the memory fraction 0.5 of 80 GB" in pm.memory_reason(c, p, 0, level=False)
+    assert run(dataclasses.replace(c_setup, memory_fraction=0.9), 1).config_fits[0]
+
+
+def test_vllm_fraction_bounds_everything_while_trtllm_takes_a_share_of_what_is_free():
+    vllm = run(setup(engine="vllm"), 1).memory
+    trt = run(setup(engine="trtllm"), 1).memory
+    used = gb(vllm.weights) + gb(vllm.activations) + vllm.reserved / 1e9
+    assert gb(vllm.kv_budget) == pytest.approx(0.9 * 141 - used, rel=1e-6)
+    assert gb(trt.kv_budget) == pytest.approx(0.9 * (141 - used), rel=1e-6)
+
+
+# ---------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize("text, layout", [
+    ("TP8", pm.Layout(8, 8, 1, 1)), ("TP8 EP1", pm.Layout(8, 8, 1, 1)),
+    ("DEP4", pm.Layout(4, 1, 4, 4)), ("TP2 EP2", pm.Layout(2, 2, 1, 2)),
+    ("TP4 DP2", pm.Layout(8, 4, 2, 1)), ("tp1", pm.Layout(1, 1, 1, 1)),
+])
+def test_published_parallelism_reads_as_a_layout(text, layout):
+    assert pm.parse_parallelism(text) == layout
+
+
+@pytest.mark.parametrize("text", ["PP2", "TP3 EP2", "TP"])
+def test_unreadable_parallelism_is_refused(text):
+    with pytest.raises(ValueError):
+        pm.parse_parallelism(text)
+
+
+def test_engine_configurations_map_to_layouts_through_the_adapters():
+    vllm, trt = get_adapter("vllm"), get_adapter("trtllm")
+    assert pm.layout_of({"tensor_parallel_size": 2, "data_parallel_size": 2,
+                         "enable_expert_parallel": True}, vllm) == pm.Layout(4, 2, 2, 4)
+    assert pm.layout_of({"tensor_parallel_size": 4, "data_parallel_size": 2}, vllm) \
+        == pm.Layout(8, 4, 2, 1)
+    assert pm.layout_of({"tensor_parallel_size": 4, "expert_parallel_size": 2,
+                         "enable_attention_dp": True}, trt) == pm.Layout(4, 1, 4, 2)
+
+
+# ---------------------------------------------------------------- published figures and fits
+
+
+def test_shipped_calibration_reproduces_the_published_figures_within_25_percent():
+    obs, skipped = pm.usable(pm.read_figures(pm.PUBLISHED_FILE))
+    assert not skipped and len(obs) == 11
+    err = np.abs(pm.errors(obs, CAL))
+    assert np.median(err) <= 0.25
+    assert np.max(err) <= 0.5
+
+
+def test_the_shipped_calibration_is_what_calibrating_on_published_figures_gives():
+    obs, _ = pm.usable(pm.read_figures(pm.PUBLISHED_FILE))
+    fresh = pm.calibrate(obs, source="test")
+    for name, value in fresh.factors.items():
+        assert CAL[name] == pytest.approx(value, rel=1e-3), name
+    assert CAL.summary["leave_one_out_median_abs_error"] == pytest.approx(
+        fresh.summary["leave_one_out_median_abs_error"], abs=1e-3)
+
+
+def test_fitting_recovers_factors_that_generated_the_observations():
+    truth = pm.Calibration({**CAL.factors, "bw_eff": 0.5, "moe_eff.hopper": 0.3,
+                            "step_overhead_ms": 0.6}, "truth", {})
+    setups = [setup(tensor_parallel_size=tp, kv_cache_dtype=kv) for tp in (1, 2, 4, 8)
+              for kv in ("auto", "fp8")]
+    obs = []
+    for s in setups:
+        for conc in (1.0, 16.0, 128.0):
+            p = run(s, conc, truth)
+            obs.append(pm.Observation(s, conc, "output_tok_s_per_gpu", float(p.tok_s_per_gpu[0])))
+            obs.append(pm.Observation(s, conc, "output_tok_s_per_user",
+                                      float(p.tok_s_per_user[0])))
+    before = np.median(np.abs(pm.errors(obs, CAL)))
+    fitted = pm.fit(obs, CAL, source="test", prior=CAL, data_sigma=0.02)
+    after = np.abs(pm.errors(obs, fitted))
+    assert before > 0.1 and np.median(after) < 0.02 and np.max(after) < 0.05
+    assert fitted["bw_eff"] == pytest.approx(0.5, rel=0.15)
+
+
+def test_a_batch_of_setups_predicts_what_each_predicts_alone():
+    setups = [setup(gpu=g, tensor_parallel_size=tp) for g in ("H100-SXM", "B200")
+              for tp in (1, 4)] + [setup(engine="trtllm", speculative_method="eagle3",
+                                         num_speculative_tokens=2)]
+    conc = np.array([1.0, 64, 8, pm.MAX, 32])
+    batch = pm.predict(pm.stack(setups), conc, CAL)
+    for i, s in enumerate(setups):
+        alone = run(s, conc[i])
+        assert batch.tok_s_per_gpu[i] == pytest.approx(alone.tok_s_per_gpu[0])
+        assert batch.ttft_ms[i] == pytest.approx(alone.ttft_ms[0])
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"gpu": "A100"}, "not in tuner/data/gpus.csv"),
+    ({"model": "llama-3-70b"}, "has no shape"),
+    ({"metric": "joules_per_token"}, "is not one the model predicts"),
+    ({"speculative": "medusa"}, "has no draft facts"),
+    ({"engine": "tgi"}, "has no facts"),
+    ({"parallelism": "PP2"}, "cannot read"),
+    ({"concurrency": "many"}, "neither a number nor 'max'"),
+])
+def test_figures_the_model_cannot_predict_say_why(change, reason):
+    fig = dataclasses.replace(pm.read_figures(pm.PUBLISHED_FILE)[0], **change)
+    with pytest.raises(ValueError, match=reason):
+        pm.observation(fig)
+
+
+def test_accuracy_bench_prints_every_row_and_lists_the_skipped_with_reasons(tmp_path: Path):
+    rows = (REPO / "tuner" / "data" / "published.csv").read_text().splitlines()
+    extra = ["gpt-oss-120b,vllm,B200,1,TP1,1024,1024,64,none,output_tok_s_per_gpu,9000,test",
+             "gpt-oss-120b,sglang,H200,8,TP8,2048,1024,1,none,output_tok_s_per_user,200,test",
+             "gpt-oss-120b,vllm,A100,1,TP1,1024,1024,1,none,output_tok_s_per_user,100,test"]
+    csv_path = tmp_path / "figures.csv"
+    csv_path.write_text("\n".join(rows + extra) + "\n")
+    out = subprocess.run([sys.executable, str(REPO / "bench" / "perfmodel_accuracy.py"),
+                          str(csv_path)], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert "modelled 13, skipped 1" in out
+    assert out.count("not in the fit set") == 2
+    assert "skipped: GPU type 'A100' is not in tuner/data/gpus.csv" in out
+    assert "median absolute error:" in out and "leave-one-out" in out
+    for row in rows[1:]:
+        assert f"{int(row.split(',')[10]):>9,}" in out  # every published value is listed

@@ -1,0 +1,375 @@
+"""`tuner plan`, warm start and calibration to a study: the performance model put to work.
+No server is started; stores are SQLite files in a temporary directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from tests.conftest import REPO, run_tuner, write_yaml
+from tuner import perfmodel as pm
+from tuner import planner
+from tuner import study as study_mod
+from tuner.dryrun import offline_study
+from tuner.engines import get_adapter
+from tuner.hardware import planned_inventory
+from tuner.hwtypes import gpu_type
+from tuner.records import LevelMeasurement
+from tuner.space import infeasibility, load_space, shape_by_name
+from tuner.spec import load_spec
+from tuner.store import Store
+
+EXAMPLE = REPO / "examples" / "gpt-oss-120b.yaml"
+# A small gpt-oss-120b space: TP1 at memory fraction 0.5 cannot hold its 65 GB of weights on an
+# 80 GB H100; the rest fits.
+SMALL_SPACE = {
+    "name": "small",
+    "model": "gpt-oss-120b",
+    "engine": "vllm",
+    "parameters": {
+        "tensor_parallel_size": {"values": [1, 2, 4]},
+        "moe_backend": {"values": ["triton", "flashinfer_trtllm"]},
+        "max_batch_size": {"values": [16, 256]},
+        "kv_cache_dtype": {"values": ["auto", "fp8"]},
+        "gpu_memory_fraction": {"values": [0.5, 0.9]},
+    },
+}
+
+
+def small_spec(tmp_path: Path, gpu: str = "H100-SXM") -> Path:
+    write_yaml(tmp_path / "space.yaml", SMALL_SPACE)
+    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec.update(search_space="space.yaml", hardware={"gpu_type": gpu, "devices": 8},
+                storage=f"sqlite:///{tmp_path / 'tuner.db'}", runs_dir=str(tmp_path / "runs"))
+    spec["budget"]["n_trials"] = 3
+    return write_yaml(tmp_path / "study.yaml", spec)
+
+
+def plan_of(spec_path: Path, gpu: str | None = None) -> planner.Plan:
+    target = offline_study(load_spec(spec_path), spec_path, gpu=gpu, engine=None)
+    return planner.make_plan(target)
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def test_a_plan_covers_every_configuration_with_a_rule_or_a_prediction(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path))
+    assert len(plan.configs) == 3 * 2 * 2 * 2 * 2
+    blackwell_only = [c for c in plan.configs if c["moe_backend"] == "flashinfer_trtllm"]
+    assert all("runs on blackwell, not hopper" in plan.rule_reasons[plan.configs.index(c)]
+               for c in blackwell_only)
+    assert len(plan.modeled) == len(plan.configs) - len(blackwell_only)
+    assert plan.prediction.tok_s_per_gpu.shape == (len(plan.modeled), 4)
+
+
+def test_tp1_at_half_memory_on_h100_cannot_fit_and_says_why(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path))
+    reasons = {planner.config_key(plan.params(m)): plan.memory_reason(m)
+               for m in range(len(plan.modeled))}
+    for key, reason in reasons.items():
+        config = dict(eval(key))  # noqa: S307  (our own repr of sorted items)
+        if config["tensor_parallel_size"] == 1 and config["gpu_memory_fraction"] == 0.5:
+            assert reason.startswith("weights 65.2 GB")
+            assert "exceed the memory fraction 0.5 of 80 GB" in reason
+        else:
+            assert reason is None, config
+    check = plan.fit_check()
+    assert "exceed" in check({**plan.params(0), "gpu_memory_fraction": 0.5})
+    assert check({**plan.params(0), "gpu_memory_fraction": 0.9}) is None
+
+
+def test_the_pareto_front_holds_only_undominated_points_that_fit(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path, gpu="H200"))
+    p = plan.prediction
+    front = plan.front()
+    assert len(front) >= 3
+    xs = p.tok_s_per_gpu[p.level_fits]
+    ys = p.tok_s_per_user[p.level_fits]
+    for m, j in front:
+        assert p.level_fits[m, j]
+        x, y = p.tok_s_per_gpu[m, j], p.tok_s_per_user[m, j]
+        assert not np.any((xs >= x) & (ys >= y) & ((xs > x) | (ys > y)))
+
+
+def test_ranking_follows_the_studys_objective_under_the_sla(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path, gpu="H200"))
+    ranked = plan.ranked()
+    objective = plan.objective
+    assert list(objective[ranked]) == sorted(objective[ranked], reverse=True)
+    best = ranked[0]
+    assert plan.meets_sla[best].any()
+    j = int(np.argmax(np.where(plan.meets_sla[best], plan.prediction.tok_s_per_gpu[best], 0)))
+    assert plan.prediction.tok_s_per_user[best, j] >= plan.sla.min_tok_s_per_user_p90
+    assert plan.prediction.ttft_ms[best, j] <= plan.sla.ttft_p90_ms
+
+
+def test_warm_start_picks_skip_configurations_the_model_cannot_tell_apart(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path, gpu="H200"))
+    picked = planner.top_distinct(plan, 4)
+    signatures = {tuple(np.round(plan.prediction.tok_s_per_gpu[m], 3)) for m in picked}
+    assert len(signatures) == len(picked) == 4
+    assert picked[0] == plan.ranked()[0]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_export_writes_every_configuration_and_level(tmp_path: Path, suffix: str):
+    plan = plan_of(small_spec(tmp_path))
+    path = tmp_path / f"plan{suffix}"
+    n = planner.export(plan, path)
+    rule_rows = len(plan.configs) - len(plan.modeled)
+    assert n == rule_rows + 4 * len(plan.modeled)
+    if suffix == ".json":
+        doc = json.loads(path.read_text())
+        assert doc["source"] == "perfmodel" and doc["gpu_type"] == "H100-SXM"
+        rows = doc["rows"]
+    else:
+        with open(path) as fh:
+            rows = list(csv.DictReader(fh))
+        assert set(SMALL_SPACE["parameters"]) <= set(rows[0])
+    assert len(rows) == n
+    assert sum(1 for r in rows if r["reason"] and "exceed" in str(r["reason"])) == 4 * 4
+
+
+def test_a_cpu_spec_cannot_be_planned(tmp_path: Path):
+    proc = run_tuner("plan", str(small_spec(tmp_path, gpu="cpu")), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "datasheet figures" in proc.stderr and "--gpu" in proc.stderr
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_plan_on_h100_marks_what_cannot_fit_and_prints_front_and_candidates(tmp_path: Path):
+    proc = run_tuner("plan", str(EXAMPLE), "--gpu", "H100-SXM", "--export",
+                     str(tmp_path / "plan.csv"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "15,360 configurations: 6,240 break an engine rule" in out
+    assert "at c=256" in out and "do not fit, e.g. tp=1 dp=1" in out
+    assert "KV cache for" in out and "of 80 GB" in out
+    assert "predicted Pareto front" in out and "top 10 candidates" in out
+    with open(tmp_path / "plan.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    unfit = [r for r in rows if r["fits"] == "False" and r["concurrency"] == "256"
+             and r["tensor_parallel_size"] == "1" and r["data_parallel_size"] == "1"]
+    assert unfit and all("KV cache for" in r["reason"] for r in unfit)
+
+
+def test_plan_stores_predictions_apart_from_measurements(tmp_path: Path):
+    spec_path = small_spec(tmp_path)
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    proc = run_tuner("plan", str(spec_path), "--storage", url, "--study", "mine", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # 24 configurations pass the engine rules on Hopper, each at 4 concurrency levels.
+    assert "stored 96 predictions (source perfmodel) under study mine" in proc.stdout
+    with Store.open(url, create=False) as store:
+        stored = store.predictions("mine")
+        assert len(stored) == 96 and {p.source for p in stored} == {"perfmodel"}
+        assert store.list_studies() == [] and store.trials("mine") == []
+    # Planning again replaces, never duplicates.
+    assert run_tuner("plan", str(spec_path), "--storage", url, "--study", "mine",
+                     cwd=tmp_path).returncode == 0
+    with Store.open(url, create=False) as store:
+        assert len(store.predictions("mine")) == 96
+
+
+# ---------------------------------------------------------------- the store
+
+
+def test_saved_predictions_replace_the_stored_levels_of_the_same_configuration(tmp_path: Path):
+    row = {"config_key": "k1", "params": {"tensor_parallel_size": 1}, "concurrency": 8,
+           "fits": True, "output_tok_s_per_gpu": 100.0, "tok_s_per_user": 50.0, "ttft_ms": 20.0,
+           "meets_sla": True, "reason": None}
+    scope = dict(source="perfmodel", engine="vllm", gpu_type="H200", calibration="test")
+    with Store.open(f"sqlite:///{tmp_path / 'p.db'}") as store:
+        store.save_predictions("s", [row, {**row, "concurrency": 64}], **scope)
+        store.save_predictions("s", [{**row, "output_tok_s_per_gpu": 120.0},
+                                     {**row, "config_key": "k2"}], **scope)
+        got = {(p.config_key, p.concurrency): p.output_tok_s_per_gpu
+               for p in store.predictions("s")}
+        assert got == {("k1", 8): 120.0, ("k2", 8): 100.0}
+        store.save_predictions("s", [row], **scope, replace_all=True)
+        assert len(store.predictions("s")) == 1
+        assert store.predictions("s", source="other") == []
+
+
+def test_a_database_of_the_first_schema_upgrades_and_keeps_its_studies(tmp_path: Path):
+    from alembic import command
+
+    from tuner.store import _alembic_config, _sqlite_migration_engine
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = _sqlite_migration_engine(Store.open.__globals__["_parse_url"](url))
+    with engine.begin() as connection:
+        command.upgrade(_alembic_config(connection), "0001")
+    engine.dispose()
+    with Store.open(url) as store:  # 0001 -> head
+        store.ensure_study("old", engine="vllm", model="m", gpu_type="H200", spec={}, space={},
+                           tuner_version="0")
+    with Store.open(url, create=False) as store:
+        assert [s.name for s in store.list_studies()] == ["old"]
+        assert store.predictions("old") == []
+
+
+def test_feasibility_checks_run_after_the_engine_rules_and_the_old_call_still_works():
+    vllm, h200 = get_adapter("vllm"), gpu_type("H200")
+    kwargs = dict(shape=shape_by_name("gpt-oss-120b"), devices=8, adapter=vllm, gpu=h200,
+                  settings=study_mod.engine_settings(load_spec(EXAMPLE), "vllm", "m"))
+    calls = []
+
+    def check(config):
+        calls.append(config)
+        return "the model says no"
+
+    assert infeasibility({"tensor_parallel_size": 2}, **kwargs) is None
+    assert infeasibility({"tensor_parallel_size": 2}, **kwargs, checks=[check]) \
+        == "the model says no"
+    assert "runs on blackwell" in infeasibility({"moe_backend": "flashinfer_trtllm"}, **kwargs,
+                                                checks=[check])
+    assert len(calls) == 1  # not consulted once an engine rule has said no
+
+
+# ---------------------------------------------------------------- warm start in a study
+
+
+def _context(spec_path: Path, said: list[str]) -> study_mod.StudyContext:
+    spec = load_spec(spec_path)
+    gpu = gpu_type(spec.hardware.gpu_type)
+    adapter = get_adapter(spec.engine.name)
+    return study_mod.StudyContext(
+        spec=spec, name=spec.name, space=load_space(spec_path.parent / "space.yaml", "vllm", gpu),
+        adapter=adapter, inventory=planned_inventory(gpu, 8), shape=shape_by_name("gpt-oss-120b"),
+        settings=study_mod.engine_settings(spec, "vllm", spec.model.path),
+        store=Store.open(spec.storage), storage_url=spec.storage, runs_dir=spec_path.parent,
+        say=said.append, gpu=gpu)
+
+
+def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cannot_fit(
+        tmp_path: Path, monkeypatch):
+    spec_path = small_spec(tmp_path)
+    said: list[str] = []
+    ctx = _context(spec_path, said)
+    launched: list[dict] = []
+
+    def fake_trial(ctx, study, trial, params, devices=None):
+        launched.append(params)
+        trial_id = ctx.store.start_trial(ctx.name, trial.number, params, worker_host="h",
+                                         worker_pid=1)
+        ctx.store.finish_trial(trial_id, state="complete", objective=1000.0, meets_sla=True)
+        study.tell(trial, 1000.0)
+        return study_mod.TrialResult(trial.number, params, "complete", 1000.0, True)
+
+    monkeypatch.setattr(study_mod, "run_trial", fake_trial)
+    # Someone queued a configuration that cannot fit: it must be rejected, not launched.
+    cannot_fit = {"tensor_parallel_size": 1, "moe_backend": "triton", "max_batch_size": 16,
+                  "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.5}
+    study_mod.load_or_create_study(ctx).enqueue_trial(cannot_fit)
+    expected = planner.make_plan(offline_study(ctx.spec, spec_path, gpu=None, engine=None))
+    top = [expected.params(m) for m in planner.top_distinct(expected, 2)]
+
+    study_mod.run_study(ctx, n_trials=3, warm_start=2)
+
+    assert launched[:2] == top
+    assert cannot_fit not in launched
+    records = {r.number: r for r in ctx.store.trials(ctx.name)}
+    rejected = [r for r in records.values() if r.params == cannot_fit]
+    assert rejected and rejected[0].state == "infeasible"
+    assert "exceed the memory fraction 0.5 of 80 GB" in rejected[0].failure_reason
+    assert any("warm start: the performance model queued 2" in line for line in said)
+    stored = ctx.store.predictions(ctx.name, source="perfmodel")
+    assert len(stored) == 2 * 4 and {p.params == top[0] for p in stored} == {True, False}
+    assert all(t.measurements == [] for t in records.values())  # predictions stay predictions
+    ctx.store.close()
+
+
+# ---------------------------------------------------------------- calibration to a study
+
+
+def _level(concurrency: int, per_gpu: float, per_user: float) -> LevelMeasurement:
+    return LevelMeasurement(
+        concurrency=concurrency, requests=64, errors=0, duration_s=60.0, input_tokens=65536,
+        output_tokens=65536, request_throughput=1.0, output_tok_s=per_gpu,
+        output_tok_s_per_gpu=per_gpu,
+        ttft_p50_ms=100.0, ttft_p90_ms=150.0, ttft_p99_ms=200.0, itl_p50_ms=10.0,
+        itl_p90_ms=12.0, itl_p99_ms=15.0, tpot_p50_ms=10.0, tpot_p90_ms=12.0, e2e_p50_ms=9000.0,
+        e2e_p90_ms=9500.0, tok_s_per_user_p50=per_user, tok_s_per_user_p90=per_user * 0.9,
+        goodput_rps=1.0, meets_sla=True)
+
+
+def synthetic_study(url: str, truth: pm.Calibration) -> None:
+    """A stored H200 study whose measurements a known calibration produced."""
+    spec = load_spec(EXAMPLE)
+    space = load_space(REPO / "search_spaces" / "gpt-oss-120b.yaml", "vllm", gpu_type("H200"))
+    adapter = get_adapter("vllm")
+    configs = [c for c in space.enumerate()
+               if c["moe_backend"] == "triton" and c["max_num_tokens"] == 8192
+               and c["speculative_method"] == "none" and c["max_batch_size"] == 256
+               and not c["enable_expert_parallel"]][:12]
+    levels = spec.workload.concurrency
+    with Store.open(url) as store:
+        store.ensure_study(spec.name, engine="vllm", model=spec.model.path, gpu_type="H200",
+                           spec=spec.model_dump(mode="json"), space=space.model_dump(mode="json"),
+                           tuner_version="test")
+        for n, config in enumerate(configs):
+            s = pm.setup_of(config, model=pm.model_facts("gpt-oss-120b"),
+                            gpu=pm.gpu_for_model("H200"), engine=pm.facts().engine("vllm"),
+                            layout=pm.layout_of(config, adapter), isl=1024, osl=1024)
+            p = pm.predict(pm.stack([s]).column(), np.array([levels], dtype=float), truth)
+            trial_id = store.start_trial(spec.name, n, config, worker_host="h", worker_pid=1)
+            store.finish_trial(trial_id, state="complete", objective=1.0, meets_sla=True,
+                               measurements=[_level(c, float(p.tok_s_per_gpu[0, j]),
+                                                    float(p.tok_s_per_user[0, j]))
+                                             for j, c in enumerate(levels)])
+
+
+def test_calibrating_to_a_study_reduces_the_error_on_its_measurements(tmp_path: Path):
+    shipped = pm.load_calibration()
+    truth = pm.Calibration({**shipped.factors, "moe_eff.hopper": 0.3, "bw_eff": 0.55,
+                            "step_overhead_ms": 0.8}, "truth", {})
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    synthetic_study(url, truth)
+    out = tmp_path / "cal.json"
+    proc = run_tuner("plan", "--calibrate", "gpt-oss-120b-h200", "--storage", url, "--out",
+                     str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    before = next(line for line in lines if "error before" in line)
+    after = next(line for line in lines if "error after" in line)
+    median = [float(line.split("median ")[1].split("%")[0]) for line in (before, after)]
+    assert median[0] > 10 and median[1] < 2
+    refit = pm.load_calibration(out)
+    assert refit.summary["median_abs_error_after"] < refit.summary["median_abs_error_before"]
+    # The refit file is what a later plan uses.
+    with Store.open(url, create=False) as store:
+        obs = planner.study_observations(store.get_study("gpt-oss-120b-h200"),
+                                         store.trials("gpt-oss-120b-h200"))
+    assert len(obs) == 12 * 4 * 2
+    assert np.median(np.abs(pm.errors(obs, refit))) < 0.02
+
+
+def test_calibrating_a_study_that_does_not_exist_is_bad_input(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    Store.open(url).close()
+    proc = run_tuner("plan", "--calibrate", "nope", "--storage", url, cwd=tmp_path)
+    assert proc.returncode == 2 and "no such study" in proc.stderr
+
+
+def test_optuna_enqueued_warm_start_trials_are_not_queued_twice_on_resume(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path, gpu="H200"))
+    study = optuna.create_study(direction="maximize")
+    store_url = f"sqlite:///{tmp_path / 'w.db'}"
+    with Store.open(store_url) as store:
+        target = offline_study(load_spec(tmp_path / "study.yaml"), tmp_path / "study.yaml",
+                               gpu=None, engine=None)
+        for _ in range(2):
+            planner.warm_start(target, study, 3, done=set(), store=store, study_name="w",
+                               checks=[])
+        assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 3
+        assert len(store.predictions("w")) == 3 * len(plan.levels)
