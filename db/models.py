@@ -183,6 +183,9 @@ class MeasurementModel(Base):
     goodput_rps: Mapped[float] = mapped_column(Float, nullable=False)
     meets_sla: Mapped[bool] = mapped_column(Boolean, nullable=False)
     error_sample: Mapped[str | None] = mapped_column(Text)
+    spec_drafts: Mapped[int | None] = mapped_column(Integer)
+    spec_draft_tokens: Mapped[int | None] = mapped_column(Integer)
+    spec_accepted_tokens: Mapped[int | None] = mapped_column(Integer)
 
     trial: Mapped[TrialModel] = relationship(back_populates="measurements")
 

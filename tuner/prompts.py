@@ -1,13 +1,15 @@
 """Prompt sources for the load generator: lists of token ids, sent to the server as-is.
 
-Token ids (not text) make the prompt length exact whatever the tokenizer. Only synthetic prompts
-exist so far; natural-text corpora will be further functions here returning the same shape.
+Token ids (not text) make the prompt length exact whatever the tokenizer. Two sources: random
+token ids (synthetic) and natural text that ships with tuner (corpus), cut into windows by the
+served model's own tokenizer.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def synthetic_token_prompts(
@@ -29,3 +31,23 @@ def synthetic_token_prompts(
         raise ValueError(f"avoid_ids exclude every id of a vocabulary of {vocab_size}")
     rng = random.Random(seed)
     return [rng.choices(allowed, k=input_len) for _ in range(n)]
+
+
+CORPUS = Path(__file__).parent / "data" / "corpus.txt"
+
+
+def corpus_token_prompts(n: int, input_len: int, tokenizer_json: Path, seed: int,
+                         corpus: Path = CORPUS) -> list[list[int]]:
+    """n prompts of exactly input_len tokens cut from natural text that ships with tuner,
+    tokenized by the served model's own tokenizer (its tokenizer.json), at seeded offsets.
+
+    Natural text repeats phrases, as real traffic does; random token ids never do, which makes
+    n-gram and draft-model speculation look useless (their acceptance collapses)."""
+    from tokenizers import Tokenizer
+
+    ids = Tokenizer.from_file(str(tokenizer_json)).encode(corpus.read_text()).ids
+    if len(ids) < input_len:
+        raise ValueError(f"the corpus has {len(ids)} tokens, fewer than input_len {input_len}")
+    rng = random.Random(seed)
+    doubled = ids + ids  # windows may wrap around the end of the text
+    return [doubled[(start := rng.randrange(len(ids))):start + input_len] for _ in range(n)]

@@ -63,6 +63,25 @@ class LevelMeasurement:
     goodput_rps: float  # requests per second that met every SLA target
     meets_sla: bool  # no errors and the level's p90 figures meet the SLA
     error_sample: str | None = None  # the first error text, when errors > 0
+    # Speculative decoding, from the engine's own counters over the level (its warm-up included);
+    # None where the engine exposes no such counters or speculation is off.
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / proposed draft tokens."""
+        if not self.spec_draft_tokens:
+            return None
+        return (self.spec_accepted_tokens or 0) / self.spec_draft_tokens
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Mean tokens per verification step: 1 + accepted / drafts (as vLLM reports it)."""
+        if not self.spec_drafts:
+            return None
+        return 1 + (self.spec_accepted_tokens or 0) / self.spec_drafts
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -68,7 +68,10 @@ class HardwareSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    prompt_source: Literal["synthetic"] = "synthetic"
+    prompt_source: Literal["synthetic", "corpus"] = Field(
+        "synthetic", description="synthetic: random token ids; corpus: natural text shipped with "
+        "tuner, tokenized by the served model's tokenizer (speculative decoding needs it)."
+    )
     input_len: int = Field(gt=0, description="Prompt length in tokens.")
     output_len: int = Field(gt=0, description="Generated tokens per request.")
     concurrency: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")

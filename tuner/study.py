@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import psutil
 from optuna.trial import TrialState
 
 import tuner
+from tuner.engine_metrics import read_spec_decode
 from tuner.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.errors import BadInput
 from tuner.failures import tail
@@ -35,7 +36,7 @@ from tuner.hwtypes import GpuType, gpu_type
 from tuner.launcher import LaunchFailure, ServerProcess, free_port, port_is_free, stop_group
 from tuner.loadgen import run_sweep
 from tuner.metrics import objective, sla_violations, summarize_level
-from tuner.prompts import synthetic_token_prompts
+from tuner.prompts import corpus_token_prompts, synthetic_token_prompts
 from tuner.records import LevelMeasurement
 from tuner.slots import DevicePool
 from tuner.space import (
@@ -294,24 +295,44 @@ def _level_line(m: LevelMeasurement) -> str:
 
     verdict = "meets SLA" if m.meets_sla else "misses SLA"
     errs = f"  {m.errors} errors" if m.errors else ""
+    if m.acceptance_rate is not None:
+        verdict += (f"  drafts accepted {m.acceptance_rate:.0%} "
+                    f"(length {m.acceptance_length:.2f})")
     return (f"    c={m.concurrency:<4} {m.output_tok_s_per_gpu:>9,.0f} tok/s/GPU  "
             f"TTFT p90 {f(m.ttft_p90_ms, ',.0f')} ms  user p90 "
             f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}")
 
 
+def sweep_prompts(ctx: StudyContext) -> list[list[int]]:
+    """One fresh prompt per request of the whole sweep: none is served from a prefix cache."""
+    w = ctx.spec.workload
+    n = len(w.concurrency) * (w.warmup_requests + w.requests_per_level)
+    if w.prompt_source == "corpus":
+        tokenizer = Path(ctx.settings.model) / "tokenizer.json"
+        if not tokenizer.is_file():
+            raise BadInput(f"workload.prompt_source corpus needs the model's tokenizer.json "
+                           f"({tokenizer} is missing): use prompt_source synthetic")
+        return corpus_token_prompts(n, w.input_len, tokenizer, w.seed)
+    return synthetic_token_prompts(n=n, input_len=w.input_len,
+                                   vocab_size=ctx.shape.vocab_size, seed=w.seed, avoid_ids=())
+
+
 def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
             deadline: float) -> list[LevelMeasurement]:
     w = ctx.spec.workload
-    prompts = synthetic_token_prompts(
-        # One fresh prompt per request of the whole sweep: none is served from a prefix cache.
-        n=len(w.concurrency) * (w.warmup_requests + w.requests_per_level), input_len=w.input_len,
-        vocab_size=ctx.shape.vocab_size, seed=w.seed, avoid_ids=(),
-    )
+    prompts = sweep_prompts(ctx)
     sla = ctx.spec.sla.to_sla()
     levels: list[LevelMeasurement] = []
+    counts = [read_spec_decode(plan.engine, plan.base_url)]
 
     def on_level(run) -> None:
         m = summarize_level(run, plan.gpus, sla)
+        counts.append(read_spec_decode(plan.engine, plan.base_url))
+        if counts[-1] is not None and counts[-2] is not None:
+            d = counts[-1] - counts[-2]
+            if d.draft_tokens:
+                m = replace(m, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
+                            spec_accepted_tokens=d.accepted_tokens)
         levels.append(m)
         ctx.say(_level_line(m))
 
