@@ -113,6 +113,22 @@ def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | 
     return None
 
 
+def gpu_server_infeasibility(engine: str, label: str, config: dict[str, Any], gpu: Any,
+                             settings: EngineSettings, tp: int, ep: int) -> str | None:
+    """Rules shared by engines whose server spans `tp` GPUs with experts over `ep` of them and
+    that run on NVIDIA GPUs only (TensorRT-LLM, SGLang); checked after their own rules."""
+    if tp % ep:
+        return f"EP {ep} must divide the {tp} GPUs of the server (TP {tp})"
+    method = config.get("speculative_method", "none")
+    if method not in ("none", "eagle3"):
+        return f"speculative_method {method} is not mapped for {label} (use eagle3)"
+    if method == "eagle3" and not settings.draft_model:
+        return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
+    if gpu.arch == "cpu":
+        return f"{label} needs NVIDIA GPUs: it does not run on this CPU node"
+    return backend_infeasibility(engine, config.get("moe_backend"), gpu.arch)
+
+
 def container_argv(container: dict[str, Any], argv: list[str], *, port: int, model: str,
                    devices: list[int], name: str) -> list[str]:
     """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.engines.base import EngineSettings, LaunchPlan, backend_infeasibility
+from tuner.engines.base import EngineSettings, LaunchPlan, gpu_server_infeasibility
 from tuner.hardware import Inventory
 
 # Canonical parameter -> launch_server flag.
@@ -37,16 +37,7 @@ class SglangAdapter:
 
     def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
         tp, ep = self.world_size(config), self.expert_parallel_width(config)
-        if tp % ep:
-            return f"EP {ep} must divide the {tp} GPUs of the server (TP {tp})"
-        method = config.get("speculative_method", "none")
-        if method not in ("none", "eagle3"):
-            return f"speculative_method {method} is not mapped for SGLang (use eagle3)"
-        if method == "eagle3" and not settings.draft_model:
-            return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
-        if gpu.arch == "cpu":
-            return "SGLang's wheel needs CUDA: it does not run on this CPU node"
-        return backend_infeasibility(self.name, config.get("moe_backend"), gpu.arch)
+        return gpu_server_infeasibility(self.name, "SGLang", config, gpu, settings, tp, ep)
 
     def arguments(self, config: dict[str, Any], settings: EngineSettings) -> list[str]:
         args: list[str] = []

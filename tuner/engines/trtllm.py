@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuner.engines.base import EngineSettings, LaunchPlan, backend_infeasibility, container_argv
+from tuner.engines.base import EngineSettings, LaunchPlan, container_argv, gpu_server_infeasibility
 from tuner.hardware import Inventory
 
 RELEASE = "1.2.1"
@@ -53,18 +53,9 @@ class TrtllmAdapter:
 
     def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
         tp, ep = self.world_size(config), self.expert_parallel_width(config)
-        if tp % ep:
-            return f"EP {ep} must divide the {tp} GPUs of the server (TP {tp})"
         if config.get("enable_attention_dp") and tp == 1:
             return "attention data parallel needs more than one GPU"
-        method = config.get("speculative_method", "none")
-        if method not in ("none", "eagle3"):
-            return f"speculative_method {method} is not mapped for TensorRT-LLM (use eagle3)"
-        if method == "eagle3" and not settings.draft_model:
-            return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
-        if gpu.arch == "cpu":
-            return "TensorRT-LLM runs on NVIDIA GPUs only"
-        return backend_infeasibility(self.name, config.get("moe_backend"), gpu.arch)
+        return gpu_server_infeasibility(self.name, "TensorRT-LLM", config, gpu, settings, tp, ep)
 
     def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
         """The LLM-API YAML: the trial's parameters over the study's fixed keys."""
