@@ -127,6 +127,12 @@ def importance(storage: str, name: str, version: tuple) -> dd.Importance:
     return dd.param_importances(storage, name)
 
 
+@st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)
+def predicted_vs_measured(storage: str, name: str,
+                          version: tuple) -> dd.PredictedVsMeasured | None:
+    return dd.load_predicted_vs_measured(storage, name)
+
+
 # ---------------------------------------------------------------- small pieces
 
 

@@ -212,7 +212,7 @@ def test_every_study_tab_renders(monkeypatch, tmp_path, tab):
     expected = {"Progress": "best figure so far", "Trials": "of 4 trials",
                 "Failures": "Segfault encountered in fused_moe_impl",
                 "Parameter importance": "rough hint",
-                "Predicted vs measured": "No predictions for this study"}[tab]
+                "Predicted vs measured": "No predictions are stored for this study"}[tab]
     assert expected in page
 
 
@@ -388,3 +388,19 @@ def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
 
     at = open_page(monkeypatch, real_url, "views/compare.py")
     assert "needs two or more studies" in text(at)
+
+
+def test_predicted_vs_measured_tab_draws_the_stored_predictions(monkeypatch, tmp_path):
+    from test_dashboard_data import _prediction
+
+    url = sqlite_url(tmp_path / "tuner.db")
+    w = mixed_study(url)
+    w.store.save_predictions("s", [_prediction(P(1, batch=4), 2, 600.0),
+                                   _prediction(P(1, batch=4), 8, 1200.0)],
+                             source="perfmodel", engine="vllm", gpu_type="cpu",
+                             calibration="published.csv")
+    at = show_tab(open_page(monkeypatch, url, "views/study.py", study="s"),
+                  "Predicted vs measured")
+    assert "2 measured levels with a stored prediction" in text(at)
+    assert "median |error| 20%" in text(at)
+    assert at.dataframe[-1].value["error %"].round(1).tolist() == [20.0, -20.0]

@@ -464,3 +464,35 @@ def test_the_dashboards_data_never_imports_the_launcher_or_the_study_loop():
 def test_page_urls_quote_their_parameters():
     assert dd.page_url("trial", study="a b&c", trial=3) == "trial?study=a+b%26c&trial=3"
     assert dd.page_url("study") == "study"
+
+
+def _prediction(params: dict, concurrency: int, tok_s: float) -> dict:
+    from tuner.planner import key_digest
+
+    return {"config_key": key_digest(params), "params": params, "concurrency": concurrency,
+            "fits": True, "output_tok_s_per_gpu": tok_s, "tok_s_per_user": 100.0,
+            "ttft_ms": 50.0, "meets_sla": True, "reason": None}
+
+
+def test_predictions_are_joined_to_the_measured_levels_of_the_same_configuration(url):
+    w = mixed_study(url)
+    w.store.save_predictions("s", [_prediction(P(1, batch=4), 2, 600.0),
+                                   _prediction(P(1, batch=4), 8, 1200.0),
+                                   _prediction(P(8), 8, 9999.0)],  # never measured: not joined
+                             source="perfmodel", engine="vllm", gpu_type="cpu",
+                             calibration="published.csv")
+    pvm = dd.load_predicted_vs_measured(url, "s")
+    assert pvm.predicted == 3
+    rows = pvm.rows.sort_values("concurrency")
+    assert rows["trial"].tolist() == [2, 2]
+    assert rows["measured tok/s/GPU"].tolist() == [500.0, 1500.0]
+    assert rows["error %"].round(1).tolist() == [20.0, -20.0]  # 600/500 - 1, 1200/1500 - 1
+    assert pvm.median_abs_error == pytest.approx(0.20)
+    # The study's own figures are untouched: predictions never become measurements.
+    assert [m.output_tok_s_per_gpu for m in w.data().trials[2].measurements] == [500.0, 1500.0]
+
+
+def test_without_predictions_there_is_nothing_to_join(url):
+    mixed_study(url)
+    pvm = dd.load_predicted_vs_measured(url, "s")
+    assert (pvm.predicted, pvm.rows.empty, pvm.median_abs_error) == (0, True, None)

@@ -1,6 +1,7 @@
 """One study: the best configuration to take away, the Pareto chart, progress, every trial,
 failures and parameter importance."""
 
+import pandas as pd
 import streamlit as st
 import tuner_ui as ui
 
@@ -159,10 +160,32 @@ def importance(data: dd.StudyData, storage: str, version: tuple) -> None:
         st.warning(imp.note)
 
 
-def predicted() -> None:
-    st.info("No predictions for this study: tuner's performance model (`tuner plan`) is not "
-            "built yet, so nothing predicted is stored to compare with the measurements. This "
-            "view will show predicted against measured figures once predictions exist.")
+def predicted(name: str, storage: str, version: tuple) -> None:
+    pvm = ui.predicted_vs_measured(storage, name, version)
+    if pvm is None or not pvm.predicted:
+        st.info("No predictions are stored for this study. The performance model stores them "
+                f"with `tuner run SPEC --warm-start K`, or `tuner plan SPEC --storage URL "
+                f"--study {name}`; they are kept apart from the measurements.")
+        return
+    if pvm.rows.empty:
+        st.info(f"{pvm.predicted:,} predictions are stored, but no measured level has the same "
+                "configuration and concurrency yet.")
+        return
+    import altair as alt
+
+    rows = pvm.rows
+    top = float(max(rows["predicted tok/s/GPU"].max(), rows["measured tok/s/GPU"].max())) * 1.05
+    diagonal = alt.Chart(pd.DataFrame({"x": [0, top], "y": [0, top]})).mark_line(
+        strokeDash=[4, 4], color="grey").encode(x="x:Q", y="y:Q")
+    dots = alt.Chart(rows).mark_circle(size=80).encode(
+        x=alt.X("measured tok/s/GPU:Q", scale=alt.Scale(domain=[0, top])),
+        y=alt.Y("predicted tok/s/GPU:Q", scale=alt.Scale(domain=[0, top])),
+        color="concurrency:N", tooltip=list(rows.columns))
+    st.altair_chart(diagonal + dots, width="stretch")
+    st.caption(f"{len(rows)} measured levels with a stored prediction (of {pvm.predicted:,} "
+               f"predictions); median |error| {pvm.median_abs_error:.0%}. On the dashed line the "
+               "model was exact; above it, it predicted too much.")
+    st.dataframe(rows, hide_index=True)
 
 
 @ui.page
@@ -208,7 +231,7 @@ def render() -> None:
             importance(data, storage, version)
     with tabs[4]:
         if tabs[4].open:
-            predicted()
+            predicted(name, storage, version)
 
 
 render()
