@@ -510,8 +510,8 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
     done = _finished_configs(ctx)
     if warm_start:
         _warm_start(ctx, study, warm_start, set(done))
-    feasible = [c for c in ctx.space.enumerate()
-                if ctx.infeasible(c) is None]
+    # Keyed once: the loop asks "what is left?" before every trial.
+    feasible = {_key(c): c for c in ctx.space.enumerate() if ctx.infeasible(c) is None}
     ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
             f"{len(feasible)} feasible on {ctx.inventory.description}; "
             f"{len(done)} of {n_trials} trials done; storage {mask_url(ctx.storage_url)}")
@@ -538,7 +538,8 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
                     break
                 runner.wait_one()
                 continue
-            untried = [c for c in feasible if _key(c) not in done and _key(c) not in runner.keys]
+            running = runner.keys
+            untried = [c for k, c in feasible.items() if k not in done and k not in running]
             if not untried:
                 if runner.in_flight:
                     runner.wait_one()

@@ -216,22 +216,13 @@ def render() -> None:
         ui.draw_best_card(card, data, key="best")
     pareto(data, summary, storage, version)
 
-    tabs = st.tabs(TABS, key="view", bind="query-params")
-    with tabs[0]:
-        if tabs[0].open:
-            progress(data)
-    with tabs[1]:
-        if tabs[1].open:
-            trials(data, storage, version)
-    with tabs[2]:
-        if tabs[2].open:
-            failures(data)
-    with tabs[3]:
-        if tabs[3].open:
-            importance(data, storage, version)
-    with tabs[4]:
-        if tabs[4].open:
-            predicted(name, storage, version)
+    views = [lambda: progress(data), lambda: trials(data, storage, version),
+             lambda: failures(data), lambda: importance(data, storage, version),
+             lambda: predicted(name, storage, version)]
+    for tab, draw in zip(st.tabs(TABS, key="view", bind="query-params"), views, strict=True):
+        with tab:
+            if tab.open:  # only the open tab reads and draws
+                draw()
 
 
 render()
