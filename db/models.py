@@ -131,13 +131,19 @@ class TrialModel(Base):
     worker_pid: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # The re-run in a fresh server (`tuner confirm`): confirmed | differs | failed, or None.
+    confirm_state: Mapped[str | None] = mapped_column(String(16))
+    confirm_objective: Mapped[float | None] = mapped_column(Float)
+    confirm_meets_sla: Mapped[bool | None] = mapped_column(Boolean)
+    confirm_reason: Mapped[str | None] = mapped_column(Text)
+    confirmed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
     study: Mapped[StudyModel] = relationship(back_populates="trials")
     measurements: Mapped[list[MeasurementModel]] = relationship(
         back_populates="trial",
         cascade="all, delete-orphan",
         passive_deletes=True,
-        order_by="MeasurementModel.concurrency",
+        order_by="[MeasurementModel.run, MeasurementModel.level]",
     )
     servers: Mapped[list[ServerModel]] = relationship(
         back_populates="trial", cascade="all, delete-orphan", passive_deletes=True
@@ -153,7 +159,9 @@ class MeasurementModel(Base):
     """One concurrency level of one trial: the columns are `tuner.records.LevelMeasurement`'s."""
 
     __tablename__ = "tuner_measurements"
-    __table_args__ = (UniqueConstraint("trial_id", "concurrency"),)
+    # `level`: position in the sweep (concurrency levels, or request rates in open-loop mode);
+    # `run`: 0 for the trial's own sweep, 1 for its confirmation in a fresh server.
+    __table_args__ = (UniqueConstraint("trial_id", "run", "level"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(
@@ -186,6 +194,20 @@ class MeasurementModel(Base):
     spec_drafts: Mapped[int | None] = mapped_column(Integer)
     spec_draft_tokens: Mapped[int | None] = mapped_column(Integer)
     spec_accepted_tokens: Mapped[int | None] = mapped_column(Integer)
+    run: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    level: Mapped[int] = mapped_column(Integer, nullable=False)
+    request_rate: Mapped[float | None] = mapped_column(Float)
+    rounds: Mapped[int | None] = mapped_column(Integer)
+    output_tok_s_ci95: Mapped[float | None] = mapped_column(Float)
+    converged: Mapped[bool | None] = mapped_column(Boolean)
+    ttft_mean_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_mean_ci95_ms: Mapped[float | None] = mapped_column(Float)
+    itl_mean_ms: Mapped[float | None] = mapped_column(Float)
+    itl_mean_ci95_ms: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage_max: Mapped[float | None] = mapped_column(Float)
+    requests_running_max: Mapped[float | None] = mapped_column(Float)
+    requests_waiting_max: Mapped[float | None] = mapped_column(Float)
+    preemptions: Mapped[int | None] = mapped_column(Integer)
 
     trial: Mapped[TrialModel] = relationship(back_populates="measurements")
 

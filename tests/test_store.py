@@ -184,7 +184,9 @@ def test_the_migration_creates_exactly_the_tables_the_models_declare(db_path: Pa
 
 
 def test_a_measurement_row_has_one_column_per_level_measurement_field():
-    columns = set(MeasurementModel.__table__.columns.keys()) - {"id", "trial_id"}
+    # Besides its keys: which trial, which run of it (0, or 1 for a confirmation), which level.
+    keys = {"id", "trial_id", "run", "level"}
+    columns = set(MeasurementModel.__table__.columns.keys()) - keys
     assert columns == {f.name for f in fields(LevelMeasurement)}
 
 
@@ -232,7 +234,7 @@ def test_a_trial_runs_then_finishes_with_its_measurements_read_back_equal(store:
     )
 
     trial = store.trial("s", 0)
-    assert trial.measurements == [levels[1], levels[0]]  # ordered by concurrency
+    assert trial.measurements == levels  # in sweep order, as measured
     assert (trial.state, trial.objective, trial.meets_sla) == ("complete", 321.5, True)
     assert (trial.engine_version, trial.log_tail) == ("0.32.0", "INFO ready")
     assert (trial.failure_kind, trial.failure_reason) == (None, None)
@@ -269,9 +271,10 @@ def test_finish_trial_stores_everything_or_nothing(store: Store):
 
     with pytest.raises(StoreError) as excinfo:
         store.finish_trial(
-            trial_id, state="complete", objective=1.0, measurements=[_level(1), _level(1)]
+            trial_id, state="complete", objective=1.0,
+            measurements=[_level(1), _level(8, requests=None)],  # the second row is invalid
         )
-    assert "UNIQUE" in _one_line_error(excinfo)
+    assert "NOT NULL" in _one_line_error(excinfo)
     trial = store.trial("s", 0)
     assert (trial.state, trial.finished_at, trial.objective, trial.measurements) == (
         "running",
@@ -481,3 +484,87 @@ def test_a_storage_url_is_printed_without_its_password():
     assert shown == "postgresql+psycopg://tuner:***@db.internal:5432/studies"
     assert mask_url("sqlite:///tuner.db") == "sqlite:///tuner.db"
     assert mask_url("not a url at all") == "<storage url>"
+
+
+# -- runs, levels and confirmations ------------------------------------------------------------
+
+
+def test_a_confirmation_is_stored_beside_the_first_run_and_replaces_an_earlier_one(store: Store):
+    trial_id = store.start_trial("s", 0, {"tp": 1}, worker_host="h", worker_pid=1)
+    first = [_level(1), _level(8)]
+    store.finish_trial(trial_id, state="complete", objective=161.0, meets_sla=True,
+                       measurements=first)
+    store.record_confirmation("s", 0, state="differs", objective=90.0, meets_sla=True,
+                              reason="first", measurements=[_level(1, output_tok_s_per_gpu=9.0)])
+    again = [_level(1, output_tok_s_per_gpu=150.0), _level(8, output_tok_s_per_gpu=158.0)]
+    store.record_confirmation("s", 0, state="confirmed", objective=158.0, meets_sla=True,
+                              reason=None, measurements=again)
+
+    trial = store.trial("s", 0)
+    assert trial.measurements == first
+    assert trial.confirmation == again
+    assert (trial.confirm_state, trial.confirm_objective, trial.confirm_reason) == (
+        "confirmed", 158.0, None)
+    assert trial.confirmed_at.tzinfo == dt.timezone.utc
+
+
+def test_only_a_complete_trial_can_be_confirmed(store: Store):
+    trial_id = store.start_trial("s", 0, {"tp": 1}, worker_host="h", worker_pid=1)
+    with pytest.raises(StoreError) as excinfo:
+        store.record_confirmation("s", 0, state="confirmed", objective=1.0, meets_sla=True,
+                                  reason=None)
+    assert "only complete trials are confirmed" in _one_line_error(excinfo)
+    store.finish_trial(trial_id, state="failed", failure_kind="crash", failure_reason="x")
+    with pytest.raises(StoreError):
+        store.record_confirmation("s", 0, state="confirmed", objective=1.0, meets_sla=True,
+                                  reason=None)
+    assert store.trial("s", 0).confirm_state is None
+
+
+def test_open_loop_levels_may_share_a_concurrency_cap(store: Store):
+    trial_id = store.start_trial("s", 0, {"tp": 1}, worker_host="h", worker_pid=1)
+    levels = [_level(64, request_rate=rate) for rate in (2.0, 4.0, 8.0)]
+    store.finish_trial(trial_id, state="complete", objective=1.0, meets_sla=True,
+                       measurements=levels)
+    assert [m.request_rate for m in store.trial("s", 0).measurements] == [2.0, 4.0, 8.0]
+
+
+def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
+    from alembic import command
+
+    from tuner.store import _alembic_config
+
+    engine = create_engine(_url(db_path))
+    with engine.begin() as connection:
+        config = _alembic_config(connection)
+        command.upgrade(config, "0003")
+    engine.dispose()
+    _query_write(db_path, [
+        "INSERT INTO tuner_studies (id, name, engine, model, gpu_type, spec, space, "
+        "tuner_version, created_at) VALUES (1, 's', 'vllm', 'm', 'cpu', '{}', '{}', '0', "
+        "'2026-01-01 00:00:00')",
+        "INSERT INTO tuner_trials (id, study_id, number, state, params, started_at) "
+        "VALUES (1, 1, 0, 'complete', '{}', '2026-01-01 00:00:00')",
+        *(f"INSERT INTO tuner_measurements ({', '.join(_LEGACY_COLUMNS)}) VALUES "
+          f"(1, {c}, 10, 0, 1.0, 10, 10, 1.0, 10.0, 10.0, 1.0, 1)" for c in (16, 1, 4)),
+    ])
+    with Store.open(_url(db_path)) as store:
+        trial = store.trial("s", 0)
+    assert [m.concurrency for m in trial.measurements] == [1, 4, 16]
+    assert _query(db_path, "SELECT concurrency, level, run FROM tuner_measurements "
+                  "ORDER BY level") == [(1, 0, 0), (4, 1, 0), (16, 2, 0)]
+
+
+_LEGACY_COLUMNS = ("trial_id", "concurrency", "requests", "errors", "duration_s", "input_tokens",
+                   "output_tokens", "request_throughput", "output_tok_s", "output_tok_s_per_gpu",
+                   "goodput_rps", "meets_sla")
+
+
+def _query_write(path: Path, statements: list[str]) -> None:
+    connection = sqlite3.connect(path)
+    try:
+        for sql in statements:
+            connection.execute(sql)
+        connection.commit()
+    finally:
+        connection.close()

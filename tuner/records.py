@@ -68,6 +68,24 @@ class LevelMeasurement:
     spec_drafts: int | None = None
     spec_draft_tokens: int | None = None
     spec_accepted_tokens: int | None = None
+    # Open-loop (Poisson) levels: the offered request rate per second; None at fixed concurrency.
+    request_rate: float | None = None
+    # Repeats: rounds of `requests` measured, the 95% confidence half-width of output tok/s over
+    # rounds, and whether it reached the target half-width before the cap (None: one round).
+    rounds: int | None = None
+    output_tok_s_ci95: float | None = None
+    converged: bool | None = None
+    # Means over successful requests (TTFT) and over all inter-token gaps (ITL), with 95%
+    # confidence half-widths.
+    ttft_mean_ms: float | None = None
+    ttft_mean_ci95_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_mean_ci95_ms: float | None = None
+    # The engine's gauges sampled during the level, and preemptions counted over it.
+    kv_cache_usage_max: float | None = None  # fraction of the KV cache in use, 0..1
+    requests_running_max: float | None = None
+    requests_waiting_max: float | None = None
+    preemptions: int | None = None
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,14 @@ class TrialRecord:
     worker_pid: int | None
     started_at: dt.datetime
     finished_at: dt.datetime | None
-    measurements: list[LevelMeasurement]
+    measurements: list[LevelMeasurement]  # the trial's own sweep, in sweep order
+    # Its re-run in a fresh server (`tuner confirm`); None and [] until confirmed.
+    confirm_state: str | None = None  # confirmed | differs | failed
+    confirm_objective: float | None = None
+    confirm_meets_sla: bool | None = None
+    confirm_reason: str | None = None
+    confirmed_at: dt.datetime | None = None
+    confirmation: list[LevelMeasurement] = field(default_factory=list)
 
 
 @dataclass
@@ -332,7 +339,38 @@ class Store:
             row.failure_reason = failure_reason
             row.log_tail = log_tail
             row.engine_version = engine_version
-            session.add_all(MeasurementModel(trial_id=row.id, **m.to_dict()) for m in measurements)
+            session.add_all(_measurement_rows(row.id, 0, measurements))
+
+    def record_confirmation(
+        self,
+        study_name: str,
+        number: int,
+        *,
+        state: str,
+        objective: float | None,
+        meets_sla: bool | None,
+        reason: str | None,
+        measurements: Sequence[LevelMeasurement] = (),
+    ) -> None:
+        """Store a finished trial's re-run in a fresh server, replacing an earlier one, with its
+        verdict (confirmed | differs | failed) in one transaction."""
+        if state not in CONFIRM_STATES:
+            raise ValueError(f"confirmation state must be one of {CONFIRM_STATES}, not {state!r}")
+        with self._session(f"confirm trial {number} of study {study_name!r}") as session:
+            study = self._study_row(session, study_name)
+            row = TrialModel.find(study.id, number, session)
+            if row is None or row.state != "complete":
+                raise StoreError(f"trial {number} of study {study_name!r} is not a complete "
+                                 "trial: only complete trials are confirmed")
+            for m in [m for m in row.measurements if m.run == 1]:
+                session.delete(m)
+            session.flush()
+            row.confirm_state = state
+            row.confirm_objective = objective
+            row.confirm_meets_sla = meets_sla
+            row.confirm_reason = reason
+            row.confirmed_at = _now()
+            session.add_all(_measurement_rows(row.id, 1, measurements))
 
     def trials(self, study_name: str) -> list[TrialRecord]:
         """Every trial of the study by number (none for an unknown study)."""
@@ -680,6 +718,14 @@ def _head_revision() -> str | None:
 # -- rows to records --------------------------------------------------------------------------
 
 _MEASUREMENT_FIELDS = tuple(f.name for f in fields(LevelMeasurement))
+CONFIRM_STATES = ("confirmed", "differs", "failed")
+
+
+def _measurement_rows(trial_id: int, run: int,
+                      measurements: Sequence[LevelMeasurement]) -> list[MeasurementModel]:
+    # A level's position in the sweep is its key: open-loop levels share one concurrency cap.
+    return [MeasurementModel(trial_id=trial_id, run=run, level=i, **m.to_dict())
+            for i, m in enumerate(measurements)]
 
 
 def _trials_query(study_name: str) -> Select:
@@ -727,7 +773,13 @@ def _trial_record(row: TrialModel, study_name: str) -> TrialRecord:
         worker_pid=row.worker_pid,
         started_at=row.started_at,
         finished_at=row.finished_at,
-        measurements=[_measurement(m) for m in row.measurements],
+        measurements=[_measurement(m) for m in row.measurements if m.run == 0],
+        confirm_state=row.confirm_state,
+        confirm_objective=row.confirm_objective,
+        confirm_meets_sla=row.confirm_meets_sla,
+        confirm_reason=row.confirm_reason,
+        confirmed_at=row.confirmed_at,
+        confirmation=[_measurement(m) for m in row.measurements if m.run == 1],
     )
 
 
