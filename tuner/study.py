@@ -352,12 +352,7 @@ def _check_stop(ctx: StudyContext) -> None:
 def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
               params: dict[str, Any], devices: list[int] | None = None) -> TrialResult:
     devices = list(devices if devices is not None else ctx.inventory.devices)
-    port = ctx.spec.engine.port or free_port(HOST)
-    workdir = ctx.runs_dir / f"trial-{trial.number:04d}"
-    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
-                                   inventory=ctx.inventory, devices=devices,
-                                   workdir=str(workdir.resolve()))
-    server = ServerProcess(plan, workdir)
+    plan, server = server_for(ctx, params, devices, f"trial-{trial.number:04d}")
     trial.set_user_attr("worker_host", ctx.inventory.host)
     trial.set_user_attr("worker", _worker_id())
     trial.set_user_attr("devices", devices[: ctx.adapter.world_size(params)])
@@ -368,23 +363,9 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     )
     result = TrialResult(trial.number, params, "failed")
     levels: list[LevelMeasurement] = []
-    engine_version = None
-    t0 = time.monotonic()
-    deadline = t0 + ctx.spec.budget.trial_timeout_s
+    engine_version = log_tail = None
     try:
-        server.start()
-        ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
-                                pgid=server.pid, create_time=server.create_time or 0.0,
-                                log_path=str(server.log_path))
-        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
-                                    tick=lambda _: _check_stop(ctx))
-        engine_version = server.engine_version()
-        ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
-        levels = measure(ctx, server, plan, deadline)
-        _check_stop(ctx)
-        failure = _verdict(ctx, server, levels, deadline)
-        if failure:
-            raise failure
+        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels)
         value, best, meets = objective(levels)
         result.state, result.objective, result.meets_sla = "complete", value, meets
         for key, v in sla_violations(best, ctx.spec.sla.to_sla()).items():
@@ -395,21 +376,13 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         result.failure_kind, result.failure_reason = f.kind, f.reason
         ctx.say(f"  failed ({f.kind}): {f.reason}")
         log_tail = f.log_tail
-    except BaseException:  # Ctrl-C, SIGTERM: record, stop the server, let it propagate
-        server.stop()
-        ctx.store.mark_server_stopped(trial_id)
+    except BaseException:  # Ctrl-C, SIGTERM: record (the server is already stopped), propagate
         ctx.store.finish_trial(trial_id, state="failed", failure_kind="interrupted",
                                failure_reason="interrupted: the tuner was stopped",
                                log_tail=_read_tail(str(server.log_path)), measurements=levels)
         trial.set_user_attr("failure_kind", "interrupted")
         study.tell(trial, state=TrialState.FAIL)
         raise
-    else:
-        log_tail = None
-    finally:
-        if server.proc is not None and server.alive():
-            server.stop()
-    ctx.store.mark_server_stopped(trial_id)
     result.measurements = levels
     ctx.store.finish_trial(
         trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
@@ -421,6 +394,49 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     else:
         tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result
+
+
+def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
+               run_name: str) -> tuple[LaunchPlan, ServerProcess]:
+    """The launch plan of a configuration on its devices, and its (not yet started) server,
+    which logs under runs_dir/run_name."""
+    port = ctx.spec.engine.port or free_port(HOST)
+    workdir = ctx.runs_dir / run_name
+    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
+                                   inventory=ctx.inventory, devices=devices,
+                                   workdir=str(workdir.resolve()))
+    return plan, ServerProcess(plan, workdir)
+
+
+def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
+                      levels: list[LevelMeasurement]) -> str | None:
+    """One serving run: start the server, wait until ready, sweep the workload into `levels`,
+    judge it. Returns the engine's version; raises LaunchFailure when the run failed, and lets an
+    interrupt through. Whatever happens, the server is stopped and recorded as stopped.
+
+    A trial and its confirmation in a fresh server both run through here, so they measure alike.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + ctx.spec.budget.trial_timeout_s
+    try:
+        server.start()
+        ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
+                                pgid=server.pid, create_time=server.create_time or 0.0,
+                                log_path=str(server.log_path))
+        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
+                                    tick=lambda _: _check_stop(ctx))
+        engine_version = server.engine_version()
+        ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        levels.extend(measure(ctx, server, plan, deadline))
+        _check_stop(ctx)
+        failure = _verdict(ctx, server, levels, deadline)
+        if failure:
+            raise failure
+        return engine_version
+    finally:
+        if server.proc is not None:
+            server.stop()
+            ctx.store.mark_server_stopped(trial_id)
 
 
 def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,
