@@ -319,6 +319,7 @@ def draw_best_card(card: dd.BestCard, data: dd.StudyData, *, key: str,
                        help="The decode speed 90% of requests reach.")
         cols[4].metric("e2e p90", f"{fmt(f['e2e p90 ms'])} ms")
         cols[5].metric("GPUs", fmt(f["GPUs"]), help=f"engine {f['engine']}")
+        st.caption(f["confirmation"])
         left, right = st.columns([3, 2], gap="medium")
         with left:
             if card.command:

@@ -44,7 +44,8 @@ def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
         "workload": {"input_len": 32, "output_len": 32, "concurrency": [2, 8],
                      "requests_per_level": 16, "warmup_requests": 2},
         "sla": {"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1},
-        "budget": {"n_trials": 3, "trial_timeout_s": 240},
+        # Confirmation re-runs servers; the tests that are about it turn it on.
+        "budget": {"n_trials": 3, "trial_timeout_s": 240, "confirm_top_k": 0},
     }
     spec.update(overrides)
     return spec
@@ -71,7 +72,9 @@ def real_study_dir(tmp_path_factory, tiny_model) -> Path:
         pytest.skip("vLLM is not installed (make install)")
     d = tmp_path_factory.mktemp("study")
     write_yaml(d / "space.yaml", E2E_SPACE)
-    write_yaml(d / "study.yaml", base_spec(tiny_model, space="space.yaml"))
+    spec = base_spec(tiny_model, space="space.yaml")
+    spec["budget"]["confirm_top_k"] = 1  # the end-of-run confirmation, on the winner only
+    write_yaml(d / "study.yaml", spec)
     proc = run_tuner("run", "study.yaml", cwd=d)
     (d / "run.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -91,7 +91,7 @@ def test_the_run_prints_the_winner_and_exports_it(study_dir):
     assert "best of study test-study" in out
     export = study_dir / "tuner-exports" / "test-study"
     record = json.loads((export / "best.json").read_text())
-    assert record["schema_version"] == 1
+    assert record["schema_version"] == 2
     assert record["engine"]["name"] == "vllm" and record["engine"]["version"].startswith("0.32")
     assert record["objective"]["meets_sla"] is True
     assert record["provenance"]["tuner_version"]
@@ -99,6 +99,16 @@ def test_the_run_prints_the_winner_and_exports_it(study_dir):
     config = yaml.safe_load((export / "config.yaml").read_text())
     assert config == record["launch"]["config"]
     assert config["tensor-parallel-size"] == record["parameters"]["tensor_parallel_size"]
+
+
+def test_the_run_ends_by_confirming_its_winner_in_a_fresh_server(study_dir):
+    out = (study_dir / "run.out").read_text()
+    assert "confirmation: re-running the top 1 in a fresh server each" in out
+    record = json.loads((study_dir / "tuner-exports" / "test-study" / "best.json").read_text())
+    confirmation = record["confirmation"]
+    assert confirmation["state"] in ("confirmed", "differs")
+    assert [m["concurrency"] for m in confirmation["measurements"]] == [2, 8]
+    assert confirmation["value"] > 0
 
 
 def test_rerunning_the_study_runs_nothing_twice(study_dir):

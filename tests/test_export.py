@@ -41,12 +41,17 @@ def add_trial(store, number, params, objective, meets, gpus=2):
                        engine_version="0.32.0", measurements=[level])
 
 
-@pytest.fixture
-def store(tmp_path):
+def study_store(tmp_path) -> Store:
+    """A store with study `s` of the vLLM engine and no trial yet."""
     s = Store.open(f"sqlite:///{tmp_path}/tuner.db")
     s.ensure_study("s", engine="vllm", model="/models/tiny", gpu_type="cpu", spec=SPEC,
                    space={}, tuner_version="test")
     return s
+
+
+@pytest.fixture
+def store(tmp_path):
+    return study_store(tmp_path)
 
 
 def test_the_best_trial_is_the_fastest_that_met_the_sla(store):
@@ -89,7 +94,7 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     write_export(study, store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     ExportRecord.model_validate(record)  # the record satisfies its own schema
-    assert record["schema_version"] == 1
+    assert record["schema_version"] == 2
     assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
     assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
     assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
@@ -191,6 +196,6 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     jsonschema.validate(record, shipped)
-    record["schema_version"] = 2
+    record["schema_version"] = 3
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(record, shipped)

@@ -61,9 +61,11 @@ def run(
     warm_start: Annotated[int, typer.Option("--warm-start", min=0, metavar="K", help="Run the "
                           "performance model's top K configurations first, and reject what it "
                           "says cannot fit in memory before launch.")] = 0,
+    no_confirm: Annotated[bool, typer.Option("--no-confirm", help="Skip re-running the best "
+                          "trials in fresh servers at the end (budget.confirm_top_k).")] = False,
 ) -> None:
-    """Run (or resume) a tuning study of real serving trials, then export the best one."""
-    from tuner.export import best_trial, default_formats, write_export
+    """Run (or resume) a tuning study of real serving trials, confirm the best ones in fresh
+    servers, then export the winner."""
     from tuner.spec import load_spec
     from tuner.study import prepare, run_study
 
@@ -76,13 +78,59 @@ def run(
                        "hardware.gpu_type and engine.name in the spec")
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm_start)
+    if spec.budget.confirm_top_k and not no_confirm:
+        _confirm(ctx, spec.budget.confirm_top_k, again=False)
+    _finish(ctx, export_dir)
+
+
+@app.command()
+def confirm(
+    spec_path: Annotated[Path, typer.Argument(metavar="STUDY.yaml", help="The study's spec.")],
+    storage: StorageOpt = None,
+    study_name: Annotated[str | None, typer.Option("--study-name", help="Overrides the spec's "
+                          "name.")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="How many of the best trials to "
+                   "re-run.")] = 3,
+    again: Annotated[bool, typer.Option("--again", help="Re-run trials confirmed before too.")]
+    = False,
+    export_dir: Annotated[Path | None, typer.Option("--export-dir", help="Where the winner is "
+                          "exported (default tuner-exports/STUDY).")] = None,
+) -> None:
+    """Re-run the best trials of a study, each in a fresh server; the winner is the best
+    confirmed one, exported with both runs."""
+    from tuner.spec import load_spec
+    from tuner.store import mask_url
+    from tuner.study import prepare
+
+    spec = load_spec(spec_path)
+    ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
+    if ctx.store.get_study(ctx.name) is None:
+        raise BadInput(f"study {ctx.name} is not in {mask_url(ctx.storage_url)}: run `tuner run "
+                       f"{spec_path}` first, or pass --study-name / --storage")
+    _confirm(ctx, top, again=again)
+    _finish(ctx, export_dir)
+
+
+def _confirm(ctx, k: int, *, again: bool) -> None:
+    from tuner.confirm import confirm_top
+    from tuner.study import load_or_create_study, recover, sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        recover(ctx, load_or_create_study(ctx))
+        confirm_top(ctx, k, again=again)
+
+
+def _finish(ctx, export_dir: Path | None) -> None:
+    """The study's trials, its winner and the winner's export."""
+    from tuner.export import best_trial, default_formats, write_export
+
     study = ctx.store.get_study(ctx.name)
     trials = ctx.store.trials(ctx.name)
     _print_trials(trials)
     best = best_trial(study, trials)
     files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name,
                          default_formats(study))
-    _print_best(study, best)
+    _print_best(study, best, trials)
     out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))
 
 
@@ -151,14 +199,29 @@ def _print_trials(trials) -> None:
     out.print(_table(frame) if not frame.empty else "no trials yet")
 
 
-def _print_best(study, best) -> None:
+def _print_best(study, best, trials) -> None:
+    from tuner.export import is_confirmed
     from tuner.report import measurements_frame
     from tuner.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
-    out.print(_table(measurements_frame(best)))
+    out.print(_table(measurements_frame(best.measurements)))
+    if best.confirm_state is None:
+        out.print("  not confirmed: `tuner confirm STUDY.yaml` re-runs the best trials in fresh "
+                  "servers")
+        return
+    again = ("" if best.confirm_objective is None
+             else f", {best.confirm_objective:,.0f} tok/s/GPU")
+    out.print(f"  confirmation in a fresh server: {best.confirm_state}{again}"
+              + (f" ({best.confirm_reason})" if best.confirm_reason else ""))
+    out.print(_table(measurements_frame(best.confirmation)))
+    higher = [t.number for t in trials if t.state == "complete" and t.meets_sla
+              and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
+    if is_confirmed(best) and higher:
+        out.print(f"  unconfirmed trial(s) {', '.join(map(str, higher))} measured higher once: "
+                  "`tuner confirm` re-runs them")
 
 
 @app.command()
@@ -205,7 +268,8 @@ def best(storage: StorageOpt = None, study: StudyOpt = None) -> None:
 
     store = _open(storage)
     chosen = _pick_study(store, study)
-    _print_best(chosen, best_trial(chosen, store.trials(chosen.name)))
+    trials = store.trials(chosen.name)
+    _print_best(chosen, best_trial(chosen, trials), trials)
 
 
 @app.command()

@@ -39,6 +39,7 @@ STORAGE_ENV = "TUNER_DASHBOARD_STORAGE"
 # Column names shared by the frames below and the pages that draw them.
 TOK_GPU = "tok/s/GPU"
 USER_P90 = "tok/s/user p90"
+CONFIRMED_TOK_GPU = "confirmed tok/s/GPU"
 USER_P50 = "tok/s/user p50"
 STATES = ("complete", "failed", "infeasible", "running")
 
@@ -269,12 +270,14 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
             "TTFT p90 ms": None if level is None else level.ttft_p90_ms,
             USER_P90: None if level is None else level.tok_s_per_user_p90,
             "GPUs": t.gpus, "failure": t.failure_kind, "reason": t.failure_reason,
+            "confirmation": t.confirm_state, CONFIRMED_TOK_GPU: t.confirm_objective,
             "started": _local(t.started_at), "duration s": duration,
         })
     columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, "SLA", "at c",
-               "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "started", "duration s"]
+               "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
+               CONFIRMED_TOK_GPU, "started", "duration s"]
     frame = pd.DataFrame(rows, columns=columns)
-    for c in (TOK_GPU, "TTFT p90 ms", USER_P90, "duration s"):
+    for c in (TOK_GPU, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU, "duration s"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
     for c in ("at c", "GPUs"):
         frame[c] = frame[c].astype("Int64")
@@ -476,6 +479,16 @@ def export_files(study: StudyRecord, trial: TrialRecord) -> tuple[dict[str, byte
     return files, notes
 
 
+def confirmation_text(trial: TrialRecord) -> str:
+    """One line on the trial's re-run in a fresh server, as `tuner best` says it."""
+    if trial.confirm_state is None:
+        return "not confirmed: `tuner confirm` re-runs the best trials in fresh servers"
+    value = "" if trial.confirm_objective is None else f" at {trial.confirm_objective:,.0f} "\
+        f"{TOK_GPU}"
+    reason = f" ({trial.confirm_reason})" if trial.confirm_reason else ""
+    return f"confirmation in a fresh server: {trial.confirm_state}{value}{reason}"
+
+
 def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | None:
     """The card of the best trial (or of `trial`), or None when no trial met the SLA."""
     trial = trial or best_of(data)
@@ -495,6 +508,7 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
         "e2e p90 ms": None if level is None else level.e2e_p90_ms,
         "GPUs": trial.gpus,
         "engine": f"{data.study.engine} {trial.engine_version or ''}".strip(),
+        "confirmation": confirmation_text(trial),
     }
     return BestCard(trial=trial, params=dict(trial.params), figures=figures, command=command,
                     files=files, notes=notes)
@@ -542,13 +556,14 @@ LEVEL_COLUMNS = {
 }
 
 
-def levels_frame(trial: TrialRecord) -> pd.DataFrame:
-    """One row per concurrency level: tuner.report's figures plus tails and end-to-end, named
-    for reading (`TTFT p90 ms`, `tok/s/GPU`)."""
-    frame = measurements_frame(trial)
+def levels_frame(trial: TrialRecord, *, confirmation: bool = False) -> pd.DataFrame:
+    """One row per concurrency level of the trial's first run (or of its confirmation):
+    tuner.report's figures plus tails and end-to-end, named for reading (`TTFT p90 ms`)."""
+    levels = trial.confirmation if confirmation else trial.measurements
+    frame = measurements_frame(levels)
     for c in LEVEL_COLUMNS:
         if c not in frame.columns:
-            frame[c] = [getattr(m, c) for m in trial.measurements]
+            frame[c] = [getattr(m, c) for m in levels]
     return frame[list(LEVEL_COLUMNS)].rename(columns=LEVEL_COLUMNS)
 
 

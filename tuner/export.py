@@ -22,7 +22,8 @@ from tuner.errors import BadInput, NoResult
 from tuner.hardware import Inventory
 from tuner.store import StudyRecord, TrialRecord
 
-SCHEMA_VERSION = 1
+# 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
+SCHEMA_VERSION = 2
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = Path(__file__).parent / "data" / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -67,8 +68,19 @@ class Provenance(_Model):
     exported_at: str
 
 
+class ConfirmationInfo(_Model):
+    """The trial measured again in a fresh server (`tuner confirm`), beside its first run."""
+
+    state: Literal["confirmed", "differs", "failed"]
+    value: float | None  # the objective measured again
+    meets_sla: bool | None
+    reason: str | None  # why it differs or failed
+    measured_at: str | None
+    measurements: list[dict[str, Any]]
+
+
 class ExportRecord(_Model):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -78,13 +90,19 @@ class ExportRecord(_Model):
     objective: ObjectiveInfo
     workload: dict[str, Any]
     sla: dict[str, Any]
-    measurements: list[dict[str, Any]]
+    measurements: list[dict[str, Any]]  # the first run
+    confirmation: ConfirmationInfo | None  # None: never confirmed
     launch: LaunchInfo
     provenance: Provenance
 
 
 def best_trial(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
-    """The complete trial with the highest objective among those that met the SLA."""
+    """The winner: the best confirmed trial, by the objective of its confirmation, among those
+    whose confirmation met the SLA; before any confirmation, the complete trial with the highest
+    objective among those that met the SLA (`is_confirmed` tells which)."""
+    confirmed = [t for t in trials if is_confirmed(t)]
+    if confirmed:
+        return max(confirmed, key=lambda t: t.confirm_objective)
     ok = [t for t in trials if t.state == "complete" and t.meets_sla and t.objective is not None]
     if not ok:
         counts: dict[str, int] = {}
@@ -96,6 +114,22 @@ def best_trial(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
             "widen the search space or run more trials; `tuner status` lists them"
         )
     return max(ok, key=lambda t: t.objective)
+
+
+def is_confirmed(trial: TrialRecord) -> bool:
+    """Re-run in a fresh server and met the SLA again (within its interval or not)."""
+    return (trial.confirm_state in ("confirmed", "differs") and bool(trial.confirm_meets_sla)
+            and trial.confirm_objective is not None)
+
+
+def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
+    if trial.confirm_state is None:
+        return None
+    return ConfirmationInfo(
+        state=trial.confirm_state, value=trial.confirm_objective,
+        meets_sla=trial.confirm_meets_sla, reason=trial.confirm_reason,
+        measured_at=trial.confirmed_at.isoformat() if trial.confirmed_at else None,
+        measurements=[m.to_dict() for m in trial.confirmation])
 
 
 def _settings(study: StudyRecord) -> EngineSettings:
@@ -135,6 +169,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
                                 concurrency=best.concurrency if best else None),
         workload=spec["workload"], sla=spec["sla"],
         measurements=[m.to_dict() for m in trial.measurements],
+        confirmation=_confirmation(trial),
         launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
                           config_file=config_file, config=yaml.safe_load(config_text)),
         provenance=Provenance(

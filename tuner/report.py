@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tuner.records import LevelMeasurement
 from tuner.store import StudyRecord, TrialRecord
 
 
@@ -48,9 +49,9 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def measurements_frame(trial: TrialRecord) -> pd.DataFrame:
+def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:
     cols = ["concurrency", "requests", "errors", "output_tok_s", "output_tok_s_per_gpu",
             "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tok_s_per_user_p50",
             "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
-    return pd.DataFrame([{c: getattr(m, c) for c in cols} for m in trial.measurements],
+    return pd.DataFrame([{c: getattr(m, c) for c in cols} for m in levels],
                         columns=cols)

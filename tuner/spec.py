@@ -118,6 +118,10 @@ class BudgetSpec(_Strict):
         1, ge=1, description="Trials run at the same time, each on its own devices (e.g. two "
         "TP4 trials on an 8-GPU node)."
     )
+    confirm_top_k: int = Field(
+        3, ge=0, description="At the end of `tuner run`, re-run this many of the best trials in "
+        "a fresh server each before naming a winner (0: do not confirm)."
+    )
 
 
 class StudySpec(_Strict):

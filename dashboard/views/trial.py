@@ -85,6 +85,13 @@ def render() -> None:
                      column_config=ui.number_columns(levels))
     else:
         st.info("No level was measured.")
+    if trial.confirm_state is not None:
+        st.subheader("Confirmation, the same configuration in a fresh server")
+        st.caption(dd.confirmation_text(trial))
+        if trial.confirmation:
+            again = ui.rounded(dd.levels_frame(trial, confirmation=True))
+            st.dataframe(again, hide_index=True, width="stretch",
+                         column_config=ui.number_columns(again))
 
     if trial.state == "complete":
         card = dd.best_card(data, trial)
