@@ -23,8 +23,9 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     path: str = Field(description="Local model directory (or a name the engine resolves itself).")
-    generate: Literal["tiny-gpt-oss"] | None = Field(
-        None, description="Generate this model at `path` when it is missing (random weights)."
+    generate: Literal["tiny-gpt-oss", "tiny-qwen3-moe"] | None = Field(
+        None, description="Generate this model at `path` when it is missing (random weights); "
+        "tiny-qwen3-moe serves the chat API on CPU (vLLM renders gpt-oss chat in Harmony)."
     )
     seed: int = Field(0, description="Seed of the generated model.")
     shape: str | None = Field(
