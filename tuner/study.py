@@ -135,6 +135,16 @@ def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> 
         )
 
 
+def check_prompt_file(spec: StudySpec) -> None:
+    """A bad prompt file fails before anything starts, naming its line (the tokenizer's pick
+    comes later, once the model is there)."""
+    if spec.workload.prompt_source == "file":
+        try:
+            read_prompt_file(Path(spec.workload.prompt_file))
+        except PromptFileError as e:
+            raise BadInput(str(e)) from e
+
+
 def ensure_model(spec: StudySpec, say: Say) -> Path:
     path = Path(spec.model.path).expanduser()
     if not path.exists():
@@ -165,6 +175,7 @@ def prepare(
     adapter = get_adapter(spec.engine.name)
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
     check_space(spec, space, adapter)
+    check_prompt_file(spec)
     inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:

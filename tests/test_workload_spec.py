@@ -1,0 +1,57 @@
+"""The workload section of a study spec: prompt sources, the chat API, Poisson arrivals and
+repeats; every inconsistency is one line naming the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import base_spec, write_yaml
+from tuner.errors import BadInput
+from tuner.spec import load_spec
+
+
+def load(tmp_path: Path, **workload):
+    spec = base_spec(tmp_path / "model")
+    spec["workload"].update(workload)
+    return load_spec(write_yaml(tmp_path / "study.yaml", spec))
+
+
+def test_the_defaults_are_the_single_closed_loop_measurement(tmp_path):
+    w = load(tmp_path).workload
+    assert (w.prompt_source, w.api, w.arrival, w.max_rounds, w.request_rates) == (
+        "synthetic", "completions", "concurrency", 1, None)
+    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16)
+
+
+def test_poisson_levels_are_the_rates_and_rounds_multiply_the_prompts(tmp_path):
+    w = load(tmp_path, arrival="poisson", request_rates=[8, 2.5], max_rounds=3).workload
+    assert w.request_rates == [2.5, 8]
+    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16 * 3)
+
+
+def test_a_prompt_file_is_found_relative_to_the_spec(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    w = load(tmp_path, prompt_source="file", prompt_file="data/p.jsonl", api="chat").workload
+    assert w.prompt_file == str((tmp_path / "data" / "p.jsonl").resolve())
+
+
+@pytest.mark.parametrize("workload, message", [
+    ({"prompt_source": "file"}, "workload: prompt_source file needs prompt_file"),
+    ({"prompt_file": "p.jsonl"}, "prompt_file is read only with prompt_source file"),
+    ({"output_len_from": "dataset"}, "output_len_from dataset needs prompt_source file"),
+    ({"api": "chat"}, "api chat sends text, and random token ids are not text: use "
+                      "prompt_source corpus or file"),
+    ({"arrival": "poisson"}, "arrival poisson needs request_rates"),
+    ({"request_rates": [1.0]}, "request_rates apply to arrival poisson"),
+    ({"arrival": "poisson", "request_rates": [0]}, "workload.request_rates: request rates must"),
+    ({"max_rounds": 0}, "workload.max_rounds: Input should be greater than or equal to 1"),
+    ({"ci_target": 1.5}, "workload.ci_target: Input should be less than 1"),
+    ({"api": "responses"}, "workload.api: Input should be 'completions' or 'chat'"),
+])
+def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workload, message):
+    with pytest.raises(BadInput) as e:
+        load(tmp_path, **workload)
+    assert message in str(e.value) and "\n" not in str(e.value)
