@@ -55,3 +55,12 @@ def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workloa
     with pytest.raises(BadInput) as e:
         load(tmp_path, **workload)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_chat_example_spec_loads_with_its_prompt_file():
+    from tests.conftest import REPO
+    from tuner.promptfile import read_prompt_file
+
+    w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
+    assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "poisson", "file", 4)
+    assert len(read_prompt_file(Path(w.prompt_file))) == 24
