@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 import psutil
 from optuna.trial import TrialState
+from pydantic import ValidationError
 
 import tuner
 from tuner.engine_metrics import gauge_monitor, read_spec_decode
@@ -232,12 +233,24 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
 
 
+def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as today's StudySpec writes it: fields added since it was stored take their
+    defaults, which measure what was measured before (one round, closed loop, completions), so
+    resuming an older study is not refused for them. A spec that no longer validates is left
+    as stored, and compares unequal."""
+    try:
+        return StudySpec.model_validate(spec).model_dump(mode="json")
+    except ValidationError:
+        return spec
+
+
 def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec_dict = ctx.spec.model_dump(mode="json")
     existing = ctx.store.get_study(ctx.name)
     if existing is not None:
-        changed = [k for k in _DEFINING if existing.spec.get(k) != spec_dict.get(k)]
+        stored = _as_current(existing.spec)
+        changed = [k for k in _DEFINING if stored.get(k) != spec_dict.get(k)]
         if existing.space != ctx.space.model_dump(mode="json"):
             changed.append("search_space")
         if changed:
