@@ -158,3 +158,16 @@ def test_an_engine_without_these_metrics_leaves_them_none():
     assert got.samples >= 1
     assert got == EngineGauges(samples=got.samples)
     assert gauge_monitor("some-engine", "http://127.0.0.1:1") is None
+
+
+def test_corpus_prompts_for_chat_are_the_same_windows_as_text(tiny_model):
+    from tokenizers import Tokenizer
+
+    from tuner.prompts import corpus_text_prompts
+
+    tokenizer = tiny_model / "tokenizer.json"
+    texts = corpus_text_prompts(4, 32, tokenizer, seed=3)
+    windows = corpus_token_prompts(4, 32, tokenizer, seed=3)
+    decode = Tokenizer.from_file(str(tokenizer)).decode
+    assert [p.text for p in texts] == [decode(w) for w in windows]
+    assert all(p.messages is None and p.tokens is None for p in texts)
