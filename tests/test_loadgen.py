@@ -412,3 +412,12 @@ def test_stop_is_checked_between_rounds():
                            repeats=Repeats(max_rounds=5, ci_target=1e-9),
                            stop=lambda: len(server.bodies) >= 2)
     assert len(run.rounds) == 1
+
+
+def test_a_round_where_every_request_failed_ends_the_repeats():
+    server = FakeOpenAIServer(Script(fail="http500"))
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [2], requests_per_level=3, output_len=2,
+                           warmup_requests=0, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=4, ci_target=0.05))
+    assert len(run.rounds) == 1 and len(server.bodies) == 3

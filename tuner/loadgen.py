@@ -296,7 +296,7 @@ async def run_level(
     stop: Callable[[], bool] | None = None,
 ) -> LevelRun:
     """Send `warmup_requests` untimed, then rounds of `requests` timed ones, until `repeats` is
-    satisfied or `stop()` says so (checked between rounds).
+    satisfied, a round's requests all failed, or `stop()` says so (checked between rounds).
 
     Closed loop (rate None): `concurrency` in flight. Open loop: Poisson arrivals at `rate` per
     second from a generator seeded with `seed`, at most `concurrency` in flight; the warm-up
@@ -330,7 +330,10 @@ async def run_level(
             first = warmup_requests + len(rounds) * requests
             results = await send_all(first, requests) if requests else []
             rounds.append(RoundRun(results, _duration(results)))
-            if repeats.done([r.output_tok_s for r in rounds]) or (stop is not None and stop()):
+            # A round where every request failed has no throughput to pin down: stop there.
+            dead = bool(results) and not any(r.ok for r in results)
+            if dead or repeats.done([r.output_tok_s for r in rounds]) or (
+                    stop is not None and stop()):
                 break
     finally:
         done.set()
