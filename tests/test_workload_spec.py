@@ -62,5 +62,5 @@ def test_the_chat_example_spec_loads_with_its_prompt_file():
     from tuner.promptfile import read_prompt_file
 
     w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
-    assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "poisson", "file", 4)
+    assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "concurrency", "file", 5)
     assert len(read_prompt_file(Path(w.prompt_file))) == 24
