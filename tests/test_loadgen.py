@@ -421,3 +421,37 @@ def test_a_round_where_every_request_failed_ends_the_repeats():
                            warmup_requests=0, request_timeout_s=10,
                            repeats=Repeats(max_rounds=4, ci_target=0.05))
     assert len(run.rounds) == 1 and len(server.bodies) == 3
+
+
+# length distributions (workload.range_ratio)
+
+
+def test_spread_lengths_are_uniform_over_the_range_with_the_spec_length_as_mean():
+    from tuner.prompts import spread_lengths
+
+    lengths = spread_lengths(20000, 100, 0.5, random.Random(0))
+    assert min(lengths) == 50 and max(lengths) == 150
+    assert statistics.fmean(lengths) == pytest.approx(100, rel=0.01)
+    # Uniform over 101 integers: sd = sqrt((101^2 - 1) / 12) = 29.2
+    assert statistics.pstdev(lengths) == pytest.approx(29.2, rel=0.03)
+    assert spread_lengths(5, 64, 0.0, random.Random(1)) == [64] * 5
+
+
+def test_spread_prompts_cut_each_window_and_give_each_its_own_output_length():
+    from tuner.prompts import longest, spread_prompts
+
+    windows = synthetic_token_prompts(50, longest(40, 0.25), vocab_size=1000, seed=3)
+    prompts = spread_prompts(windows, 40, 20, 0.25, seed=3)
+    assert all(30 <= len(p.tokens) <= 50 and 15 <= p.output_len <= 25 for p in prompts)
+    assert all(p.tokens == w[:len(p.tokens)] for p, w in zip(prompts, windows, strict=True))
+    assert len({len(p.tokens) for p in prompts}) > 5 and len({p.output_len for p in prompts}) > 5
+    assert prompts == spread_prompts(windows, 40, 20, 0.25, seed=3)  # seeded
+
+
+def test_spread_output_lengths_reach_the_request_body():
+    server = FakeOpenAIServer()
+    with serve_in_thread(server) as url:
+        run_sweep(url, "m", [Prompt(tokens=[1, 2], output_len=3),
+                             Prompt(tokens=[3], output_len=7)], [1], 2, 5, 0, 10)
+    assert [b["max_tokens"] for b in server.bodies] == [3, 7]
+    assert [b["prompt"] for b in server.bodies] == [[1, 2], [3]]

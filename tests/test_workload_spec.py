@@ -50,6 +50,10 @@ def test_a_prompt_file_is_found_relative_to_the_spec(tmp_path):
     ({"max_rounds": 0}, "workload.max_rounds: Input should be greater than or equal to 1"),
     ({"ci_target": 1.5}, "workload.ci_target: Input should be less than 1"),
     ({"api": "responses"}, "workload.api: Input should be 'completions' or 'chat'"),
+    ({"range_ratio": 1.0}, "workload.range_ratio: Input should be less than 1"),
+    ({"prompt_source": "file", "prompt_file": "p.jsonl", "range_ratio": 0.5},
+     "range_ratio spreads synthetic and corpus lengths; a prompt file's prompts have their "
+     "own: remove range_ratio"),
 ])
 def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workload, message):
     with pytest.raises(BadInput) as e:
@@ -64,3 +68,21 @@ def test_the_chat_example_spec_loads_with_its_prompt_file():
     w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
     assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "concurrency", "file", 5)
     assert len(read_prompt_file(Path(w.prompt_file))) == 24
+
+
+def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
+    from tests.test_plan import _context, small_spec
+    from tuner import study as study_mod
+
+    ctx = _context(small_spec(tmp_path), [])
+    w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2})
+    ctx.spec = ctx.spec.model_copy(update={"workload": w})
+    prompts = study_mod.sweep_prompts(ctx)
+    assert len(prompts) == w.prompts_needed()
+    ins = [len(p.tokens) for p in prompts]
+    outs = [p.output_len for p in prompts]
+    assert min(ins) >= round(w.input_len * 0.5) and max(ins) <= round(w.input_len * 1.5)
+    assert min(outs) >= round(w.output_len * 0.5) and max(outs) <= round(w.output_len * 1.5)
+    assert len(set(ins)) > 10 and len(set(outs)) > 10
+    assert len({tuple(p.tokens) for p in prompts}) == len(prompts)  # none sent twice
+    ctx.store.close()

@@ -62,11 +62,45 @@ def corpus_text_prompts(n: int, input_len: int, tokenizer_json: Path, seed: int,
     """The corpus windows of `corpus_token_prompts` as text, for the chat API (which takes text):
     the same windows decoded, so their length is input_len tokens before the chat template
     (which the server adds, and counts in its usage)."""
+    windows = corpus_token_prompts(n, input_len, tokenizer_json, seed, corpus)
+    return as_text([Prompt(tokens=w) for w in windows], tokenizer_json)
+
+
+def as_text(prompts: list[Prompt], tokenizer_json: Path) -> list[Prompt]:
+    """Token-id prompts decoded to text with the model's tokenizer, their output lengths kept."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(tokenizer_json))
-    windows = corpus_token_prompts(n, input_len, tokenizer_json, seed, corpus)
-    return [Prompt(text=tokenizer.decode(w)) for w in windows]
+    decode = Tokenizer.from_file(str(tokenizer_json)).decode
+    return [Prompt(text=decode(p.tokens), output_len=p.output_len) for p in prompts]
+
+
+def spread_lengths(n: int, length: int, ratio: float, rng: random.Random) -> list[int]:
+    """`n` lengths drawn uniformly from the integers in [length * (1 - ratio), length *
+    (1 + ratio)], at least 1: the range ratio of `vllm bench serve`'s random dataset, so the mean
+    stays `length`. Ratio 0 gives exactly `length` every time."""
+    if not 0 <= ratio < 1:
+        raise ValueError(f"range ratio must be in [0, 1), got {ratio}")
+    lo, hi = max(1, round(length * (1 - ratio))), max(1, round(length * (1 + ratio)))
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def spread_prompts(windows: list[list[int]], input_len: int, output_len: int, ratio: float,
+                   seed: int) -> list[Prompt]:
+    """Cut each window (at least the longest drawn length) to its own input length and give it
+    its own output length, both spread by `ratio` around the spec's lengths, seeded."""
+    rng = random.Random(f"lengths {seed}")  # apart from the stream that drew the token ids
+    inputs = spread_lengths(len(windows), input_len, ratio, rng)
+    outputs = spread_lengths(len(windows), output_len, ratio, rng)
+    if windows and max(inputs) > min(len(w) for w in windows):
+        raise ValueError(f"windows of {min(len(w) for w in windows)} tokens cannot give "
+                         f"prompts of {max(inputs)}")
+    return [Prompt(tokens=w[:i], output_len=o)
+            for w, i, o in zip(windows, inputs, outputs, strict=True)]
+
+
+def longest(length: int, ratio: float) -> int:
+    """The longest length `spread_lengths` can draw."""
+    return max(1, round(length * (1 + ratio)))
 
 
 def file_prompts(records: list[FilePrompt], n: int, *, api: str, input_len: int,

@@ -91,6 +91,11 @@ class WorkloadSpec(_Strict):
         gt=0, description="Generated tokens per request; with output_len_from dataset, the cap "
         "on each reply's length."
     )
+    range_ratio: float = Field(
+        0, ge=0, lt=1, description="synthetic and corpus: each request's input and output "
+        "lengths uniform in [len * (1 - r), len * (1 + r)] (mean len), as `vllm bench serve` "
+        "--random-range-ratio; 0: exact lengths."
+    )
     output_len_from: Literal["spec", "dataset"] = Field(
         "spec", description="dataset (prompt_source file only): each request generates as many "
         "tokens as the file's reply to it has, as `vllm bench serve` does for ShareGPT."
@@ -149,6 +154,9 @@ class WorkloadSpec(_Strict):
         if self.output_len_from == "dataset" and self.prompt_source != "file":
             raise ValueError("output_len_from dataset needs prompt_source file (replies to "
                              "measure): use output_len_from spec")
+        if self.range_ratio and self.prompt_source == "file":
+            raise ValueError("range_ratio spreads synthetic and corpus lengths; a prompt file's "
+                             "prompts have their own: remove range_ratio")
         if self.api == "chat" and self.prompt_source == "synthetic":
             raise ValueError("api chat sends text, and random token ids are not text: use "
                              "prompt_source corpus or file")

@@ -39,9 +39,12 @@ from tuner.loadgen import Prompt, Repeats, run_sweep
 from tuner.metrics import objective, sla_violations, summarize_level
 from tuner.promptfile import PromptFileError, read_prompt_file
 from tuner.prompts import (
+    as_text,
     corpus_text_prompts,
     corpus_token_prompts,
     file_prompts,
+    longest,
+    spread_prompts,
     synthetic_token_prompts,
 )
 from tuner.records import LevelMeasurement
@@ -363,6 +366,15 @@ def sweep_prompts(ctx: StudyContext) -> list[list[int] | Prompt]:
                                 tokenizer_json=_tokenizer_json(ctx), seed=w.seed)
         except PromptFileError as e:
             raise BadInput(str(e)) from e
+    if w.range_ratio:
+        # Windows as long as the longest draw, each cut to its own length.
+        longest_in = longest(w.input_len, w.range_ratio)
+        windows = (corpus_token_prompts(n, longest_in, _tokenizer_json(ctx), w.seed)
+                   if w.prompt_source == "corpus" else
+                   synthetic_token_prompts(n=n, input_len=longest_in,
+                                           vocab_size=ctx.shape.vocab_size, seed=w.seed))
+        spread = spread_prompts(windows, w.input_len, w.output_len, w.range_ratio, w.seed)
+        return as_text(spread, _tokenizer_json(ctx)) if w.api == "chat" else spread
     if w.prompt_source == "corpus":
         if w.api == "chat":
             return corpus_text_prompts(n, w.input_len, _tokenizer_json(ctx), w.seed)
