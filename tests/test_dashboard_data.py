@@ -336,6 +336,12 @@ def test_the_level_table_shows_rates_intervals_convergence_and_engine_gauges(url
     assert ci[:2] == ["±10.0% NOT CONVERGED", "±1.0%"] and pd.isna(ci[2])  # one round: none
     assert levels["rounds"].tolist()[:2] == [5, 2]
     assert levels["converged"].tolist()[:2] == [False, True]
+    card = dd.best_card(w.data())
+    assert (card.figures["at rate req/s"], card.figures["tok/s 95% CI"]) == (None, None)
+    w.complete(1, P(2), [level(64, 2000.0, 150.0, converged=False, **repeated)])
+    card = dd.best_card(w.data())
+    assert card.figures["at rate req/s"] == 4.0
+    assert card.figures["tok/s 95% CI"] == "±2.0% NOT CONVERGED"
     first = levels.iloc[0]
     assert (first["TTFT mean ms"], first["TTFT mean ± ms"], first["ITL mean ± ms"]) == (
         21.0, 1.5, 0.2)

@@ -27,7 +27,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from tuner.errors import BadInput, NoResult
 from tuner.export import best_trial, write_export
-from tuner.report import measurements_frame, state_counts
+from tuner.report import confidence_text, measurements_frame, state_counts
 from tuner.space import SHORT_NAMES, describe
 from tuner.spec import DEFAULT_STORAGE
 from tuner.store import Store, StoreError, StudyRecord, TrialRecord
@@ -488,6 +488,8 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
     figures: dict[str, Any] = {
         TOK_GPU: trial.objective,
         "at concurrency": None if level is None else level.concurrency,
+        "at rate req/s": None if level is None else level.request_rate,
+        "tok/s 95% CI": None if level is None else confidence_text(level),
         "tok/s total": None if level is None else level.output_tok_s,
         "TTFT p90 ms": None if level is None else level.ttft_p90_ms,
         "ITL p50 ms": None if level is None else level.itl_p50_ms,
