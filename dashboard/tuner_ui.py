@@ -313,12 +313,19 @@ def draw_best_card(card: dd.BestCard, data: dd.StudyData, *, key: str,
         cols[0].metric(dd.TOK_GPU, fmt(f[dd.TOK_GPU]),
                        help="Output tokens per second per GPU at the best concurrency level "
                             "that met the SLA: the study's objective.")
-        cols[1].metric("at concurrency", fmt(f["at concurrency"]))
+        if f.get("at rate req/s") is not None:
+            cols[1].metric("at rate", f"{fmt(f['at rate req/s'])} req/s",
+                           help=f"Poisson arrivals, at most {fmt(f['at concurrency'])} in flight")
+        else:
+            cols[1].metric("at concurrency", fmt(f["at concurrency"]))
         cols[2].metric("TTFT p90", f"{fmt(f['TTFT p90 ms'])} ms")
         cols[3].metric("tok/s per user p90", fmt(f[dd.USER_P90]),
                        help="The decode speed 90% of requests reach.")
         cols[4].metric("e2e p90", f"{fmt(f['e2e p90 ms'])} ms")
         cols[5].metric("GPUs", fmt(f["GPUs"]), help=f"engine {f['engine']}")
+        if f.get("tok/s 95% CI"):
+            st.caption(f"{dd.TOK_GPU} 95% confidence interval: {f['tok/s 95% CI']} "
+                       "(Student t over repeated rounds)")
         st.caption(f["confirmation"])
         left, right = st.columns([3, 2], gap="medium")
         with left:

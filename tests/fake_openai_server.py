@@ -1,9 +1,13 @@
-"""A scripted stand-in for vLLM's streaming `/v1/completions`, for tests and the capacity bench.
+"""A scripted stand-in for vLLM's streaming `/v1/completions` and `/v1/chat/completions`, for
+tests and the capacity bench.
 
 It streams one chunk per token on a fixed timetable (first token `ttft_s` after the request
 arrives, then one every `itl_s`, on absolute deadlines so sleep overshoot does not accumulate),
-then the usage chunk and `[DONE]`, as vLLM does with `stream_options.include_usage`. It counts the
-requests it saw and the most it had in flight, and can fail on demand.
+then the usage chunk and `[DONE]`, as vLLM does with `stream_options.include_usage`. Chat streams
+open with the role announcement in the first token's step, as vLLM's do. With `ttft_range` /
+`itl_range` each request draws its own TTFT and ITL uniformly from a seeded generator (known
+means, real spread). It counts the requests it saw and the most it had in flight, and can fail on
+demand.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +34,9 @@ class Script:
     empty_every: int = 0  # every k-th chunk has empty text, as byte-level tokenizers stream
     fail: str | None = None  # one of FAILURES
     split_events: bool = False  # write each event in two pieces, a moment apart
+    ttft_range: tuple[float, float] | None = None  # per request: uniform draw, replaces ttft_s
+    itl_range: tuple[float, float] | None = None  # per request: uniform draw, replaces itl_s
+    seed: int = 0  # of the per-request draws
 
 
 def _chunk(text: str, finish: str | None) -> bytes:
@@ -42,9 +50,21 @@ def _chunk(text: str, finish: str | None) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+def _chat_chunk(delta: dict, finish: str | None) -> bytes:
+    event = {
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
 _TOKEN = _chunk(" tok", None)
 _EMPTY = _chunk("", None)
 _LAST = _chunk(" end", "length")
+_CHAT = {_TOKEN: _chat_chunk({"content": " tok"}, None),
+         _EMPTY: _chat_chunk({"content": ""}, None),
+         _LAST: _chat_chunk({"content": " end"}, "length")}
+_ROLE = _chat_chunk({"role": "assistant", "content": ""}, None)
 _DONE = b"data: [DONE]\n\n"
 _ERROR = b'data: {"error": {"object": "error", "message": "engine died", "code": 500}}\n\n'
 
@@ -57,6 +77,14 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
+def _prompt_tokens(body: dict) -> int:
+    # Token ids count themselves; text (a prompt or chat turns) counts its words.
+    if "messages" in body:
+        return sum(len(m["content"].split()) for m in body["messages"])
+    prompt = body["prompt"]
+    return len(prompt) if isinstance(prompt, list) else len(prompt.split())
+
+
 class FakeOpenAIServer:
     def __init__(self, script: Script | None = None):
         self.script = script or Script()
@@ -64,13 +92,18 @@ class FakeOpenAIServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.peers: set[tuple] = set()  # client (host, port) pairs: one per TCP connection
+        self.arrivals: list[float] = []  # loop time each request arrived
+        self.drawn: list[tuple[float, float]] = []  # (ttft_s, itl_s) each request was given
+        self._rng = random.Random(self.script.seed)
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.completions)
         return app
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        self.arrivals.append(asyncio.get_running_loop().time())
         body = await request.json()
         self.bodies.append(body)
         self.peers.add(request.transport.get_extra_info("peername"))
@@ -81,17 +114,28 @@ class FakeOpenAIServer:
         finally:
             self.in_flight -= 1
 
+    def _delays(self, script: Script) -> tuple[float, float]:
+        ttft = self._rng.uniform(*script.ttft_range) if script.ttft_range else script.ttft_s
+        itl = self._rng.uniform(*script.itl_range) if script.itl_range else script.itl_s
+        self.drawn.append((ttft, itl))
+        return ttft, itl
+
     async def _respond(self, request: web.Request, body: dict, script: Script):
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        ttft_s, itl_s = self._delays(script)
         if script.fail == "http500":
-            await asyncio.sleep(script.ttft_s)
+            await asyncio.sleep(ttft_s)
             return web.json_response({"error": {"message": "boom"}}, status=500)
+        chat = "messages" in body
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)  # headers go out at once, as vLLM's do: TTFT is not this
-        n = body["max_tokens"] if script.tokens is None else script.tokens
+        limit = body.get("max_completion_tokens") if chat else body["max_tokens"]
+        n = limit if script.tokens is None else script.tokens
         for k in range(n):
-            await asyncio.sleep(max(0.0, t0 + script.ttft_s + k * script.itl_s - loop.time()))
+            await asyncio.sleep(max(0.0, t0 + ttft_s + k * itl_s - loop.time()))
+            if chat and k == 0:
+                await self._write(resp, _ROLE, script)
             if k == n // 2 and script.fail == "close_mid_stream":
                 request.transport.close()
                 return resp
@@ -99,9 +143,10 @@ class FakeOpenAIServer:
                 await resp.write(_ERROR)
                 break
             empty = script.empty_every and k % script.empty_every == script.empty_every - 1
-            await self._write(resp, _LAST if k == n - 1 else _EMPTY if empty else _TOKEN, script)
+            event = _LAST if k == n - 1 else _EMPTY if empty else _TOKEN
+            await self._write(resp, _CHAT[event] if chat else event, script)
         if script.fail != "no_usage":
-            await self._write(resp, _usage(len(body["prompt"]), n), script)
+            await self._write(resp, _usage(_prompt_tokens(body), n), script)
         await resp.write(_DONE)
         await resp.write_eof()
         return resp

@@ -67,6 +67,14 @@ def test_an_empty_domain_is_named(workdir):
     assert "parameters.max_batch_size" in line and "empty domain" in line
 
 
+def test_a_bad_prompt_file_line_is_named_before_anything_starts(workdir):
+    (workdir / "prompts.jsonl").write_text('{"prompt": "fine"}\n{"messages": "oops"}\n')
+    spec = spec_for(workdir)
+    spec["workload"].update(prompt_source="file", prompt_file="prompts.jsonl", api="chat")
+    line = run_bad(workdir, spec)
+    assert "prompts.jsonl line 2: the conversation must be a non-empty list of turns" in line
+
+
 def test_a_missing_model_path_says_how_to_make_one(workdir):
     spec = spec_for(workdir)
     spec["model"] = {"path": "nowhere/model"}

@@ -230,6 +230,20 @@ def test_trial_page_shows_config_plan_levels_and_exports(monkeypatch, tmp_path):
     assert "no server log was recorded for this trial" in text(at)
 
 
+def test_a_repeated_open_loop_level_shows_its_rate_interval_and_convergence(monkeypatch,
+                                                                            tmp_path):
+    url = sqlite_url(tmp_path / "tuner.db")
+    w = StudyWriter(url)
+    w.complete(0, P(), [level(64, 1000.0, 140.0, request_rate=4.0, rounds=5,
+                              output_tok_s_ci95=50.0, converged=False, kv_cache_usage_max=0.3)])
+    at = open_page(monkeypatch, url, "views/trial.py", study="s")
+    assert metrics(at)["at rate"] == "4 req/s"
+    assert "95% confidence interval: ±5.0% NOT CONVERGED" in text(at)
+    levels = at.dataframe[1].value
+    assert levels["tok/s 95% CI"].tolist() == ["±5.0% NOT CONVERGED"]
+    assert levels["rate req/s"].tolist() == [4.0] and levels["KV cache max"].tolist() == [0.3]
+
+
 def test_compare_puts_two_studies_on_one_chart_and_one_table(monkeypatch, tmp_path):
     url = sqlite_url(tmp_path / "tuner.db")
     mixed_study(url, "cpu-study")

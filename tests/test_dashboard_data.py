@@ -319,6 +319,36 @@ def test_no_best_card_when_no_trial_met_the_sla(url):
 # ---------------------------------------------------------------- one trial
 
 
+def test_the_level_table_shows_rates_intervals_convergence_and_engine_gauges(url):
+    w = StudyWriter(url)
+    repeated = dict(request_rate=4.0, rounds=5, output_tok_s_ci95=40.0, ttft_mean_ms=21.0,
+                    ttft_mean_ci95_ms=1.5, itl_mean_ms=5.5, itl_mean_ci95_ms=0.2,
+                    kv_cache_usage_max=0.31, requests_running_max=6.0,
+                    requests_waiting_max=2.0, preemptions=0)
+    w.complete(0, P(), [level(64, 400.0, 140.0, converged=False, **repeated),
+                        level(64, 800.0, 120.0, converged=True,
+                              **{**repeated, "request_rate": 8.0, "rounds": 2,
+                                 "output_tok_s_ci95": 8.0}),
+                        level(4, 900.0, 100.0)])
+    levels = dd.levels_frame(w.data().trials[0])
+    assert levels["rate req/s"].tolist()[:2] == [4.0, 8.0]
+    ci = levels["tok/s 95% CI"].tolist()
+    assert ci[:2] == ["±10.0% NOT CONVERGED", "±1.0%"] and pd.isna(ci[2])  # one round: none
+    assert levels["rounds"].tolist()[:2] == [5, 2]
+    assert levels["converged"].tolist()[:2] == [False, True]
+    card = dd.best_card(w.data())
+    assert (card.figures["at rate req/s"], card.figures["tok/s 95% CI"]) == (None, None)
+    w.complete(1, P(2), [level(64, 2000.0, 150.0, converged=False, **repeated)])
+    card = dd.best_card(w.data())
+    assert card.figures["at rate req/s"] == 4.0
+    assert card.figures["tok/s 95% CI"] == "±2.0% NOT CONVERGED"
+    first = levels.iloc[0]
+    assert (first["TTFT mean ms"], first["TTFT mean ± ms"], first["ITL mean ± ms"]) == (
+        21.0, 1.5, 0.2)
+    assert (first["KV cache max"], first["running max"], first["waiting max"],
+            first["preemptions"]) == (0.31, 6.0, 2.0, 0)
+
+
 def test_levels_and_launch_plan_of_a_trial(url):
     trial = mixed_study(url).data().trials[2]
     levels = dd.levels_frame(trial)

@@ -1,12 +1,25 @@
-"""Speculative-decoding counters read from the engine, and natural-text prompts."""
+"""The engine's own metrics: speculative-decoding counters, the scheduler's gauges sampled
+during a level, and natural-text prompts."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
-from tuner.engine_metrics import SPEC_DECODE_COUNTERS, SpecDecodeCounts, parse_counters
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tuner.engine_metrics import (
+    GAUGES,
+    SPEC_DECODE_COUNTERS,
+    SpecDecodeCounts,
+    gauge_monitor,
+    parse_counters,
+    parse_gauges,
+    sample_gauges,
+)
 from tuner.prompts import corpus_token_prompts
-from tuner.records import LevelMeasurement
+from tuner.records import EngineGauges, LevelMeasurement
 
 # As vLLM 0.32's /metrics prints them (one engine; a second label set must be summed).
 METRICS = """\
@@ -59,3 +72,102 @@ def test_corpus_prompts_are_exact_length_windows_of_the_text(tiny_model):
 
     text = Tokenizer.from_file(str(tiny_model / "tokenizer.json")).decode(a[0])
     assert sum(w.isalpha() for w in text.split()) > 5  # words, not random byte soup
+
+
+# The scheduler's gauges, sampled during a level (vLLM 0.32's names, two engine ranks)
+
+GAUGE_TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="m"}} {running}
+vllm:num_requests_running{{engine="1",model_name="m"}} 1.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}
+# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{{engine="0",model_name="m",reason="capacity"}} 99.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}
+vllm:kv_cache_usage_perc{{engine="1",model_name="m"}} 0.05
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{{engine="0",model_name="m"}} {preempted}
+vllm:num_preemptions_created{{engine="0",model_name="m"}} 1.7e+09
+"""
+
+
+def gauge_text(running=0.0, waiting=0.0, kv=0.0, preempted=0.0) -> str:
+    return GAUGE_TEXT.format(running=running, waiting=waiting, kv=kv, preempted=preempted)
+
+
+def test_one_scrape_sums_requests_over_ranks_and_takes_the_fullest_ranks_kv_cache():
+    got = parse_gauges(gauge_text(running=3, waiting=2, kv=0.25, preempted=7), GAUGES["vllm"])
+    # Not the by-reason gauge that shares the waiting gauge's name as a prefix.
+    assert got == {"running": 4.0, "waiting": 2.0, "kv_cache_usage": 0.25, "preemptions": 7.0}
+    assert parse_gauges("# TYPE x gauge\nx 1\n", GAUGES["vllm"]) == {}
+
+
+def serve_metrics(texts: list[str]):
+    """A /metrics endpoint that answers each text in turn, then the last one forever."""
+    state = {"n": 0}
+
+    async def metrics(_request):
+        text = texts[min(state["n"], len(texts) - 1)]
+        state["n"] += 1
+        return web.Response(text=text)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app, state
+
+
+def sample(app, hold_s: float, interval_s: float = 0.05):
+    async def go():
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        done = asyncio.Event()
+        try:
+            async with aiohttp.ClientSession() as session:
+                task = asyncio.create_task(
+                    sample_gauges(session, url, GAUGES["vllm"], done, interval_s))
+                await asyncio.sleep(hold_s)
+                done.set()
+                return await task
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(go())
+
+
+def test_a_level_keeps_each_gauges_peak_and_the_preemptions_counted_during_it():
+    texts = [gauge_text(running=1, kv=0.1, preempted=5),
+             gauge_text(running=9, waiting=4, kv=0.8, preempted=6),
+             gauge_text(running=2, kv=0.3, preempted=9)]
+    app, state = serve_metrics(texts)
+    got = sample(app, hold_s=0.5)
+    assert state["n"] >= 4  # sampled all along, not just at the ends
+    assert got.samples == state["n"]
+    assert (got.kv_cache_usage_max, got.requests_running_max, got.requests_waiting_max,
+            got.preemptions) == (0.8, 10.0, 4.0, 4)
+
+
+def test_an_engine_without_these_metrics_leaves_them_none():
+    app, _ = serve_metrics(["# TYPE other gauge\nother 1\n"])
+    got = sample(app, hold_s=0.1)
+    assert got.samples >= 1
+    assert got == EngineGauges(samples=got.samples)
+    assert gauge_monitor("some-engine", "http://127.0.0.1:1") is None
+
+
+def test_corpus_prompts_for_chat_are_the_same_windows_as_text(tiny_model):
+    from tokenizers import Tokenizer
+
+    from tuner.prompts import corpus_text_prompts
+
+    tokenizer = tiny_model / "tokenizer.json"
+    texts = corpus_text_prompts(4, 32, tokenizer, seed=3)
+    windows = corpus_token_prompts(4, 32, tokenizer, seed=3)
+    decode = Tokenizer.from_file(str(tokenizer)).decode
+    assert [p.text for p in texts] == [decode(w) for w in windows]
+    assert all(p.messages is None and p.tokens is None for p in texts)

@@ -1,10 +1,13 @@
 """The load generator: per-request timing (against a scripted clock, then against a scripted server
-on 127.0.0.1), fixed concurrency, warm-up, failures as results, and the sweep."""
+on 127.0.0.1), fixed concurrency, warm-up, failures as results, the sweep, chat requests, Poisson
+arrivals and repeated rounds."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import random
 import socket
 import statistics
 
@@ -12,7 +15,16 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
 
-from tuner.loadgen import LevelRun, measure_stream, run_level, run_sweep
+from tuner.loadgen import (
+    LevelRun,
+    Prompt,
+    Repeats,
+    measure_stream,
+    poisson_gaps,
+    request_body,
+    run_level,
+    run_sweep,
+)
 from tuner.metrics import summarize_level
 from tuner.prompts import synthetic_token_prompts
 from tuner.records import SLA
@@ -181,7 +193,10 @@ def test_events_split_across_network_writes_are_timed_and_counted():
 def test_server_failures_are_failed_results_and_counted_as_errors(script, error_start):
     server = FakeOpenAIServer(script)
     with serve_in_thread(server) as url:
-        run = level(url, concurrency=2, requests=3, output_len=6, timeout_s=0.3)
+        # A short timeout only where the timeout is what is tested: a loaded machine can take
+        # longer than 0.3 s to answer the other failures.
+        timeout_s = 0.3 if error_start == "TimeoutError" else 30
+        run = level(url, concurrency=2, requests=3, output_len=6, timeout_s=timeout_s)
     assert len(run.results) == 3
     for r in run.results:
         assert not r.ok
@@ -263,3 +278,183 @@ def test_synthetic_prompts_are_the_same_for_the_same_seed_and_differ_for_another
 def test_synthetic_prompts_refuse_a_vocabulary_left_empty():
     with pytest.raises(ValueError):
         synthetic_token_prompts(1, 4, vocab_size=2, seed=0, avoid_ids=[0, 1])
+
+
+# chat requests (the same timing, through the same SSE parser)
+
+
+def test_chat_requests_are_streamed_chat_completions_timed_from_the_first_content():
+    server = FakeOpenAIServer(Script(ttft_s=0.050, itl_s=0.010))
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Name three colours"}]
+    with serve_in_thread(server) as url:
+        runs = run_sweep(url, "fake-model", [Prompt(messages=messages)], [1],
+                         requests_per_level=2, output_len=6, warmup_requests=0,
+                         request_timeout_s=10, api="chat")
+    assert server.bodies[0] == {
+        "model": "fake-model", "messages": messages, "max_completion_tokens": 6,
+        "ignore_eos": True, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    for r in runs[0].results:
+        assert r.ok and (r.prompt_tokens, r.output_tokens) == (5, 6)
+        # The role announcement is not a token: 6 tokens, 5 gaps, none of them ~0 ms.
+        assert len(r.itl_s) == 5 and min(r.itl_s) > 0.005
+        assert r.ttft_s >= 0.050
+
+
+def test_a_text_prompt_goes_to_chat_as_one_user_turn_and_its_own_output_len_wins():
+    server = FakeOpenAIServer()
+    with serve_in_thread(server) as url:
+        run_sweep(url, "m", [Prompt(text="Hello there", output_len=3)], [1], 1, 9, 0, 10,
+                  api="chat")
+    assert server.bodies[0]["messages"] == [{"role": "user", "content": "Hello there"}]
+    assert server.bodies[0]["max_completion_tokens"] == 3
+
+
+def test_token_ids_cannot_be_sent_as_chat_and_messages_not_as_completions():
+    with pytest.raises(ValueError, match="chat request needs text"):
+        request_body("chat", "m", [1, 2, 3], 4)
+    with pytest.raises(ValueError, match="use api chat"):
+        request_body("completions", "m", Prompt(messages=[{"role": "user", "content": "x"}]), 4)
+
+
+# Poisson arrivals (open loop)
+
+
+def test_poisson_gaps_are_exponential_with_mean_one_over_the_rate_and_seeded():
+    gaps = list(itertools.islice(poisson_gaps(8.0, random.Random(5)), 20000))
+    # Exponential: mean = sd = 1/rate = 125 ms. The mean of 20000 gaps has a relative standard
+    # error of 1/sqrt(20000) = 0.7%: 3% is over four of them.
+    assert statistics.fmean(gaps) == pytest.approx(0.125, rel=0.03)
+    assert statistics.stdev(gaps) == pytest.approx(0.125, rel=0.05)
+    assert sum(g > 0.125 for g in gaps) / len(gaps) == pytest.approx(math.exp(-1), abs=0.02)
+    again = list(itertools.islice(poisson_gaps(8.0, random.Random(5)), 20000))
+    assert again == gaps
+
+
+def test_open_loop_sends_do_not_wait_for_completions():
+    # Each response takes 1 s; at 40 requests/s, 12 requests are all sent within ~0.3 s + jitter,
+    # long before the first one completes, so all 12 are in flight at once.
+    server = FakeOpenAIServer(Script(ttft_s=1.0, itl_s=0.0))
+    with serve_in_thread(server) as url:
+        runs = run_sweep(url, "m", PROMPTS, [64], requests_per_level=12, output_len=2,
+                         warmup_requests=0, request_timeout_s=10, rates=[40.0], seed=3)
+    assert server.max_in_flight == 12
+    assert max(server.arrivals) - min(server.arrivals) < 1.0
+    (run,) = runs
+    assert (run.concurrency, run.request_rate, len(run.results)) == (64, 40.0, 12)
+    assert all(r.ok for r in run.results)
+
+
+def test_open_loop_arrivals_follow_the_seeded_schedule():
+    server = FakeOpenAIServer(Script(ttft_s=0.01))
+    with serve_in_thread(server) as url:
+        run_sweep(url, "m", PROMPTS, [64], requests_per_level=10, output_len=2,
+                  warmup_requests=0, request_timeout_s=10, rates=[20.0], seed=4)
+    # Level 0 of seed 4 draws from Random(4 * 1_000_003 + 0); sends sit at the sums of gaps.
+    gaps = list(itertools.islice(poisson_gaps(20.0, random.Random(4 * 1_000_003)), 9))
+    planned = list(itertools.accumulate(gaps, initial=0.0))
+    arrived = [t - server.arrivals[0] for t in server.arrivals]
+    assert arrived == pytest.approx(planned, abs=0.03)
+
+
+def test_open_loop_in_flight_requests_are_capped_at_the_largest_concurrency():
+    server = FakeOpenAIServer(Script(ttft_s=0.5))
+    with serve_in_thread(server) as url:
+        run_sweep(url, "m", PROMPTS, [2, 3], requests_per_level=8, output_len=2,
+                  warmup_requests=0, request_timeout_s=10, rates=[100.0], seed=1)
+    assert server.max_in_flight == 3
+
+
+def test_open_loop_warm_up_is_sent_first_and_left_out_of_the_level():
+    server = FakeOpenAIServer(Script(ttft_s=0.2))
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [16], requests_per_level=4, output_len=2,
+                           warmup_requests=3, request_timeout_s=10, rates=[50.0])
+    assert len(server.bodies) == 7 and len(run.results) == 4
+    warm_end = sorted(server.arrivals)[2] + 0.2  # the last warm-up completes
+    first_timed = min(r.start for r in run.results)
+    # The level starts after the warm-up is over: its duration holds timed requests only.
+    assert run.duration_s == pytest.approx(max(r.end for r in run.results) - first_timed)
+    assert sorted(server.arrivals)[3] >= warm_end - 0.01
+
+
+# repeats
+
+
+def test_steady_rounds_stop_at_two_once_the_interval_is_tight():
+    server = FakeOpenAIServer(Script(ttft_s=0.020, itl_s=0.005))
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [2], requests_per_level=6, output_len=4,
+                           warmup_requests=1, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=5, ci_target=0.5))
+    assert len(run.rounds) == 2
+    assert len(run.results) == 12 and len(server.bodies) == 1 + 12
+    assert run.duration_s == pytest.approx(sum(r.duration_s for r in run.rounds))
+    sent = [tuple(b["prompt"]) for b in server.bodies]
+    assert len(set(sent)) == len(sent)  # every round takes fresh prompts
+
+
+def test_rounds_stop_at_max_rounds_when_the_target_is_out_of_reach():
+    server = FakeOpenAIServer(Script(ttft_range=(0.0, 0.06), itl_s=0.002, seed=2))
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [1], requests_per_level=3, output_len=3,
+                           warmup_requests=0, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=3, ci_target=1e-6))
+    assert len(run.rounds) == 3
+    m = summarize_level(run, 1, SLA(), ci_target=1e-6)
+    assert (m.rounds, m.converged) == (3, False) and m.output_tok_s_ci95 > 0
+
+
+def test_stop_is_checked_between_rounds():
+    server = FakeOpenAIServer()
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [1], requests_per_level=2, output_len=2,
+                           warmup_requests=0, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=5, ci_target=1e-9),
+                           stop=lambda: len(server.bodies) >= 2)
+    assert len(run.rounds) == 1
+
+
+def test_a_round_where_every_request_failed_ends_the_repeats():
+    server = FakeOpenAIServer(Script(fail="http500"))
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", PROMPTS, [2], requests_per_level=3, output_len=2,
+                           warmup_requests=0, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=4, ci_target=0.05))
+    assert len(run.rounds) == 1 and len(server.bodies) == 3
+
+
+# length distributions (workload.range_ratio)
+
+
+def test_spread_lengths_are_uniform_over_the_range_with_the_spec_length_as_mean():
+    from tuner.prompts import spread_lengths
+
+    lengths = spread_lengths(20000, 100, 0.5, random.Random(0))
+    assert min(lengths) == 50 and max(lengths) == 150
+    assert statistics.fmean(lengths) == pytest.approx(100, rel=0.01)
+    # Uniform over 101 integers: sd = sqrt((101^2 - 1) / 12) = 29.2
+    assert statistics.pstdev(lengths) == pytest.approx(29.2, rel=0.03)
+    assert spread_lengths(5, 64, 0.0, random.Random(1)) == [64] * 5
+
+
+def test_spread_prompts_cut_each_window_and_give_each_its_own_output_length():
+    from tuner.prompts import longest, spread_prompts
+
+    windows = synthetic_token_prompts(50, longest(40, 0.25), vocab_size=1000, seed=3)
+    prompts = spread_prompts(windows, 40, 20, 0.25, seed=3)
+    assert all(30 <= len(p.tokens) <= 50 and 15 <= p.output_len <= 25 for p in prompts)
+    assert all(p.tokens == w[:len(p.tokens)] for p, w in zip(prompts, windows, strict=True))
+    assert len({len(p.tokens) for p in prompts}) > 5 and len({p.output_len for p in prompts}) > 5
+    assert prompts == spread_prompts(windows, 40, 20, 0.25, seed=3)  # seeded
+
+
+def test_spread_output_lengths_reach_the_request_body():
+    server = FakeOpenAIServer()
+    with serve_in_thread(server) as url:
+        run_sweep(url, "m", [Prompt(tokens=[1, 2], output_len=3),
+                             Prompt(tokens=[3], output_len=7)], [1], 2, 5, 0, 10)
+    assert [b["max_tokens"] for b in server.bodies] == [3, 7]
+    assert [b["prompt"] for b in server.bodies] == [[1, 2], [3]]

@@ -251,3 +251,71 @@ def test_nothing_measured_gives_no_value():
 def test_ties_go_to_the_lower_concurrency_listed_first():
     value, best, feasible = objective([level(2, 100, True), level(8, 100, True)])
     assert (value, best.concurrency, feasible) == (100, 2, True)
+
+
+# rounds, confidence intervals and the engine's gauges (summarize_level over repeated rounds)
+
+
+def test_one_round_keeps_the_single_measurement_with_no_interval():
+    m = summarize(FOUR)
+    assert (m.rounds, m.output_tok_s_ci95, m.converged) == (1, None, None)
+    assert m.output_tok_s == pytest.approx(4 * 101 / 2.0)
+
+
+def test_rates_are_the_mean_over_rounds_and_percentiles_pool_every_round():
+    from tuner.loadgen import RoundRun
+
+    first, second = FOUR[:2], FOUR[2:]
+    rounds = [RoundRun(first, 1.0), RoundRun(second, 4.0)]
+    run = LevelRun(concurrency=4, results=first + second, duration_s=5.0, rounds=rounds)
+    m = summarize_level(run, 2, SLA(ttft_p90_ms=250), ci_target=0.05)
+    # Round throughputs 202 and 50.5 tok/s: the mean, not 404 tokens / 5 s.
+    assert m.output_tok_s == pytest.approx((202 + 50.5) / 2)
+    assert m.output_tok_s_per_gpu == pytest.approx((202 + 50.5) / 4)
+    assert m.request_throughput == pytest.approx((2 / 1 + 2 / 4) / 2)
+    assert m.goodput_rps == pytest.approx((2 / 1 + 0 / 4) / 2)  # 0.3 and 0.4 s miss 250 ms
+    # t(1) = 12.706; s = |202 - 50.5| / sqrt(2); half = t * s / sqrt(2)
+    assert m.output_tok_s_ci95 == pytest.approx(12.7062 * (202 - 50.5) / 2, rel=1e-4)
+    assert (m.rounds, m.converged, m.duration_s, m.requests) == (2, False, 5.0, 4)
+    assert m.ttft_p50_ms == pytest.approx(250)  # pooled over both rounds
+
+
+def test_steady_rounds_converge_within_the_target():
+    from tuner.loadgen import RoundRun
+
+    rounds = [RoundRun(FOUR, d) for d in (2.0, 2.02, 1.98)]
+    run = LevelRun(concurrency=4, results=FOUR * 3, duration_s=6.0, rounds=rounds)
+    assert summarize_level(run, 1, SLA(), ci_target=0.05).converged is True
+    assert summarize_level(run, 1, SLA(), ci_target=0.001).converged is False
+
+
+def test_ttft_mean_takes_requests_and_itl_mean_takes_each_requests_mean_gap_as_samples():
+    m = summarize(FOUR)
+    assert m.ttft_mean_ms == pytest.approx(250)
+    # TTFTs 100..400 ms: s = 129.1, t(3) = 3.1824, half = t * s / 2
+    assert m.ttft_mean_ci95_ms == pytest.approx(3.18245 * 129.0994 / 2, rel=1e-4)
+    # Per-request mean gaps: 15, 30, 40 ms (the fourth has none): mean 28.33, not 25 over gaps.
+    assert m.itl_mean_ms == pytest.approx((15 + 30 + 40) / 3)
+    per_request = [15, 30, 40]
+    s = np.std(per_request, ddof=1)
+    assert m.itl_mean_ci95_ms == pytest.approx(4.30265 * s / math.sqrt(3), rel=1e-4)
+
+
+def test_the_engine_gauges_sampled_during_the_level_are_kept_and_absent_ones_stay_none():
+    from tuner.records import EngineGauges
+
+    gauges = EngineGauges(kv_cache_usage_max=0.42, requests_running_max=8, requests_waiting_max=3,
+                          preemptions=2, samples=10)
+    run = LevelRun(concurrency=4, results=FOUR, duration_s=2.0, engine=gauges)
+    m = summarize_level(run, 1, SLA())
+    assert (m.kv_cache_usage_max, m.requests_running_max, m.requests_waiting_max,
+            m.preemptions) == (0.42, 8, 3, 2)
+    bare = summarize(FOUR)
+    assert (bare.kv_cache_usage_max, bare.requests_running_max, bare.requests_waiting_max,
+            bare.preemptions) == (None, None, None, None)
+
+
+def test_an_open_loop_level_keeps_its_offered_rate():
+    run = LevelRun(concurrency=64, results=FOUR, duration_s=2.0, request_rate=2.5)
+    assert summarize_level(run, 1, SLA()).request_rate == 2.5
+    assert summarize(FOUR).request_rate is None

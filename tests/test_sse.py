@@ -149,9 +149,17 @@ def test_completion_chunks_carry_a_choice_even_with_empty_text():
     assert has_choice({"choices": [{"index": 0, "text": "", "finish_reason": None}]})
 
 
-def test_chat_chunks_carry_a_choice_in_the_delta():
+def test_chat_chunks_carry_a_choice_in_the_delta_even_with_empty_content():
     assert has_choice({"choices": [{"index": 0, "delta": {"content": "Hi"}}]})
-    assert has_choice({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    assert has_choice({"choices": [{"index": 0, "delta": {"content": ""}}]})
+
+
+def test_the_chat_role_announcement_is_not_a_token_unless_it_carries_text():
+    # vLLM sends {"role": "assistant", "content": ""} in the same step as the first token.
+    assert not has_choice({"choices": [{"index": 0, "delta": {"role": "assistant",
+                                                              "content": ""}}]})
+    assert has_choice({"choices": [{"index": 0, "delta": {"role": "assistant",
+                                                          "content": "Hi"}}]})
 
 
 def test_the_usage_only_chunk_and_error_events_carry_no_choice():

@@ -27,7 +27,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from tuner.errors import BadInput, NoResult
 from tuner.export import best_trial, write_export
-from tuner.report import measurements_frame, state_counts
+from tuner.report import confidence_text, measurements_frame, state_counts
 from tuner.space import SHORT_NAMES, describe
 from tuner.spec import DEFAULT_STORAGE
 from tuner.store import Store, StoreError, StudyRecord, TrialRecord
@@ -501,6 +501,8 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
     figures: dict[str, Any] = {
         TOK_GPU: trial.objective,
         "at concurrency": None if level is None else level.concurrency,
+        "at rate req/s": None if level is None else level.request_rate,
+        "tok/s 95% CI": None if level is None else confidence_text(level),
         "tok/s total": None if level is None else level.output_tok_s,
         "TTFT p90 ms": None if level is None else level.ttft_p90_ms,
         "ITL p50 ms": None if level is None else level.itl_p50_ms,
@@ -546,19 +548,26 @@ def failure_groups(data: StudyData) -> list[FailureGroup]:
 
 
 LEVEL_COLUMNS = {
-    "concurrency": "concurrency", "meets_sla": "meets SLA", "output_tok_s_per_gpu": TOK_GPU,
-    "output_tok_s": "tok/s total", "tok_s_per_user_p50": USER_P50,
+    "concurrency": "concurrency", "request_rate": "rate req/s", "meets_sla": "meets SLA",
+    "output_tok_s_per_gpu": TOK_GPU, "tok/s 95%": "tok/s 95% CI", "rounds": "rounds",
+    "converged": "converged", "output_tok_s": "tok/s total", "tok_s_per_user_p50": USER_P50,
     "tok_s_per_user_p90": USER_P90, "ttft_p50_ms": "TTFT p50 ms", "ttft_p90_ms": "TTFT p90 ms",
     "ttft_p99_ms": "TTFT p99 ms", "itl_p50_ms": "ITL p50 ms", "itl_p90_ms": "ITL p90 ms",
     "tpot_p50_ms": "TPOT p50 ms", "e2e_p50_ms": "e2e p50 ms", "e2e_p90_ms": "e2e p90 ms",
-    "goodput_rps": "goodput req/s", "requests": "requests", "errors": "errors",
+    "ttft_mean_ms": "TTFT mean ms", "ttft_mean_ci95_ms": "TTFT mean ± ms",
+    "itl_mean_ms": "ITL mean ms", "itl_mean_ci95_ms": "ITL mean ± ms",
+    "goodput_rps": "goodput req/s", "kv_cache_usage_max": "KV cache max",
+    "requests_running_max": "running max", "requests_waiting_max": "waiting max",
+    "preemptions": "preemptions", "requests": "requests", "errors": "errors",
     "duration_s": "duration s", "error_sample": "first error",
 }
 
 
 def levels_frame(trial: TrialRecord, *, confirmation: bool = False) -> pd.DataFrame:
-    """One row per concurrency level of the trial's first run (or of its confirmation):
-    tuner.report's figures plus tails and end-to-end, named for reading (`TTFT p90 ms`)."""
+    """One row per level of the trial's first run (or of its confirmation): tuner.report's
+    figures plus tails, end-to-end, means with their 95% half-widths and the engine's gauges,
+    named for reading (`TTFT p90 ms`, `tok/s/GPU`); a level whose rounds ran out before its
+    interval was tight says NOT CONVERGED."""
     levels = trial.confirmation if confirmation else trial.measurements
     frame = measurements_frame(levels)
     for c in LEVEL_COLUMNS:

@@ -10,7 +10,8 @@ import math
 from collections.abc import Sequence
 
 from tuner.loadgen import LevelRun
-from tuner.records import SLA, LevelMeasurement, RequestResult
+from tuner.records import SLA, EngineGauges, LevelMeasurement, RequestResult
+from tuner.stats import converged, mean_ci
 
 # Stand-in violation when a level has no successful request, so its p90 figures do not exist.
 # Finite on purpose: Optuna stores constraints as JSON and ranks infeasible trials by the sum of
@@ -72,11 +73,21 @@ def _rate(count: float, duration_s: float) -> float:
     return count / duration_s if duration_s > 0 else 0.0
 
 
-def summarize_level(run: LevelRun, gpus: int, sla: SLA) -> LevelMeasurement:
-    """One level's row: throughput over the level's duration, latency percentiles over its
-    successful requests, and whether it meets the SLA (no errors, p90 figures within targets)."""
+def summarize_level(run: LevelRun, gpus: int, sla: SLA,
+                    ci_target: float | None = None) -> LevelMeasurement:
+    """One level's row, over its rounds (one unless the level was repeated).
+
+    Rates (output tok/s, requests/s, goodput) are each round's count over that round's duration,
+    averaged over rounds: rounds are the independent samples that the 95% confidence half-width
+    of output tok/s comes from (Student t, None with one round), and the level `converged` when
+    that half-width is within `ci_target` of the mean. Percentiles pool every round's successful
+    requests. The TTFT mean's interval takes requests as samples; the ITL mean's takes each
+    request's mean gap as one sample, because gaps within one request share its batch and are
+    not independent. meets_sla: no errors and the p90 figures within the targets.
+    """
     if gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
+    rounds = run.round_runs()
     ok = [r for r in run.results if r.ok]
     failed = [r for r in run.results if not r.ok]
     output_tokens = sum(r.output_tokens or 0 for r in ok)
@@ -85,7 +96,12 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA) -> LevelMeasurement:
     e2e = sorted(r.latency_s for r in ok)
     speeds = sorted(s for s in map(decode_speed, ok) if s is not None)
     tpot = sorted(1 / s for s in speeds)
-    output_tok_s = _rate(output_tokens, run.duration_s)
+    round_tok_s = [rnd.output_tok_s for rnd in rounds]
+    output_tok_s, tok_s_ci = mean_ci(round_tok_s)
+    ttft_mean, ttft_ci = mean_ci([r.ttft_s * 1000 for r in ok])
+    itl_mean, itl_ci = mean_ci([math.fsum(r.itl_s) / len(r.itl_s) * 1000
+                                for r in ok if r.itl_s])
+    engine = run.engine if isinstance(run.engine, EngineGauges) else EngineGauges()
     measurement = LevelMeasurement(
         concurrency=run.concurrency,
         requests=len(run.results),
@@ -93,9 +109,9 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA) -> LevelMeasurement:
         duration_s=run.duration_s,
         input_tokens=sum(r.prompt_tokens or 0 for r in ok),
         output_tokens=output_tokens,
-        request_throughput=_rate(len(ok), run.duration_s),
-        output_tok_s=output_tok_s,
-        output_tok_s_per_gpu=output_tok_s / gpus,
+        request_throughput=_mean_rate(rounds, lambda rs: sum(r.ok for r in rs)),
+        output_tok_s=output_tok_s or 0.0,
+        output_tok_s_per_gpu=(output_tok_s or 0.0) / gpus,
         ttft_p50_ms=_ms(ttft, 50),
         ttft_p90_ms=_ms(ttft, 90),
         ttft_p99_ms=_ms(ttft, 99),
@@ -109,14 +125,31 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA) -> LevelMeasurement:
         tok_s_per_user_p50=_percentile_sorted(speeds, 50),
         # The speed 90% of requests reach or beat: the 10th percentile.
         tok_s_per_user_p90=_percentile_sorted(speeds, 10),
-        goodput_rps=_rate(sum(meets_targets(r, sla) for r in ok), run.duration_s),
+        goodput_rps=_mean_rate(rounds, lambda rs: sum(meets_targets(r, sla) for r in rs)),
         meets_sla=False,
         error_sample=failed[0].error if failed else None,
+        request_rate=run.request_rate,
+        rounds=len(rounds),
+        output_tok_s_ci95=tok_s_ci,
+        converged=(None if len(rounds) < 2 or ci_target is None
+                   else converged(round_tok_s, ci_target)),
+        ttft_mean_ms=ttft_mean,
+        ttft_mean_ci95_ms=ttft_ci,
+        itl_mean_ms=itl_mean,
+        itl_mean_ci95_ms=itl_ci,
+        kv_cache_usage_max=engine.kv_cache_usage_max,
+        requests_running_max=engine.requests_running_max,
+        requests_waiting_max=engine.requests_waiting_max,
+        preemptions=engine.preemptions,
     )
     # Defined through the constraints so the study's feasibility and meets_sla cannot disagree.
     violations = sla_violations(measurement, sla).values()
     measurement.meets_sla = bool(ok) and all(v <= 0 for v in violations)
     return measurement
+
+
+def _mean_rate(rounds, count) -> float:
+    return math.fsum(_rate(count(rnd.results), rnd.duration_s) for rnd in rounds) / len(rounds)
 
 
 def sla_violations(level: LevelMeasurement, sla: SLA) -> dict[str, float]:

@@ -26,6 +26,18 @@ class RequestResult:
         return None if self.latency_s is None else self.start + self.latency_s
 
 
+@dataclass(frozen=True)
+class EngineGauges:
+    """What the engine's own /metrics showed during one level: gauge maxima over the samples
+    and the preemption counter's increase; None where the engine exports no such metric."""
+
+    kv_cache_usage_max: float | None = None  # fraction of the KV cache in use, 0..1
+    requests_running_max: float | None = None
+    requests_waiting_max: float | None = None
+    preemptions: int | None = None
+    samples: int = 0  # scrapes that answered
+
+
 @dataclass
 class SLA:
     """Service-level targets; None means no target."""

@@ -49,9 +49,22 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def confidence_text(m) -> str | None:
+    """How far a level's throughput can be trusted, for tables: `±3.1%` (the 95% half-width as
+    a fraction of the mean), marked NOT CONVERGED when the rounds ran out before the target;
+    None for a single measurement."""
+    if m.output_tok_s_ci95 is None or not m.output_tok_s:
+        return None
+    text = f"±{m.output_tok_s_ci95 / m.output_tok_s:.1%}"
+    return text if m.converged is not False else f"{text} NOT CONVERGED"
+
+
 def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:
-    cols = ["concurrency", "requests", "errors", "output_tok_s", "output_tok_s_per_gpu",
-            "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tok_s_per_user_p50",
-            "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
-    return pd.DataFrame([{c: getattr(m, c) for c in cols} for m in levels],
-                        columns=cols)
+    """One row per level. `rate` is the offered requests/s of an open-loop level (None: closed
+    loop at `concurrency`); `tok/s 95%` is `confidence_text`."""
+    cols = ["concurrency", "request_rate", "requests", "errors", "rounds", "output_tok_s",
+            "output_tok_s_per_gpu", "tok/s 95%", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms",
+            "tok_s_per_user_p50", "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
+    rows = [{c: confidence_text(m) if c == "tok/s 95%" else getattr(m, c) for c in cols}
+            for m in levels]
+    return pd.DataFrame(rows, columns=cols)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuner.records import SLA
 from tuner.yamlio import load_model, read_yaml
@@ -23,8 +23,9 @@ class _Strict(BaseModel):
 
 class ModelSpec(_Strict):
     path: str = Field(description="Local model directory (or a name the engine resolves itself).")
-    generate: Literal["tiny-gpt-oss"] | None = Field(
-        None, description="Generate this model at `path` when it is missing (random weights)."
+    generate: Literal["tiny-gpt-oss", "tiny-qwen3-moe"] | None = Field(
+        None, description="Generate this model at `path` when it is missing (random weights); "
+        "tiny-qwen3-moe serves the chat API on CPU (vLLM renders gpt-oss chat in Harmony)."
     )
     seed: int = Field(0, description="Seed of the generated model.")
     shape: str | None = Field(
@@ -68,15 +69,58 @@ class HardwareSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    prompt_source: Literal["synthetic", "corpus"] = Field(
+    prompt_source: Literal["synthetic", "corpus", "file"] = Field(
         "synthetic", description="synthetic: random token ids; corpus: natural text shipped with "
-        "tuner, tokenized by the served model's tokenizer (speculative decoding needs it)."
+        "tuner, tokenized by the served model's tokenizer (speculative decoding needs it); file: "
+        "your own JSONL (`prompt_file`)."
     )
-    input_len: int = Field(gt=0, description="Prompt length in tokens.")
-    output_len: int = Field(gt=0, description="Generated tokens per request.")
-    concurrency: list[int] = Field(min_length=1, description="Concurrency levels of the sweep.")
-    requests_per_level: int = Field(gt=0, description="Timed requests at each level.")
+    prompt_file: str | None = Field(
+        None, description="JSONL of prompts for prompt_source file, one per line: "
+        '{"prompt": "text"}, ShareGPT {"conversations": [...]} or OpenAI {"messages": [...]}; '
+        "relative to the spec file."
+    )
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="completions: /v1/completions; chat: /v1/chat/completions "
+        "with messages (the server applies the model's chat template)."
+    )
+    input_len: int = Field(
+        gt=0, description="Prompt length in tokens; for prompt_source file, the longest prompt "
+        "kept (longer ones are skipped), counted with the model's tokenizer."
+    )
+    output_len: int = Field(
+        gt=0, description="Generated tokens per request; with output_len_from dataset, the cap "
+        "on each reply's length."
+    )
+    range_ratio: float = Field(
+        0, ge=0, lt=1, description="synthetic and corpus: each request's input and output "
+        "lengths uniform in [len * (1 - r), len * (1 + r)] (mean len), as `vllm bench serve` "
+        "--random-range-ratio; 0: exact lengths."
+    )
+    output_len_from: Literal["spec", "dataset"] = Field(
+        "spec", description="dataset (prompt_source file only): each request generates as many "
+        "tokens as the file's reply to it has, as `vllm bench serve` does for ShareGPT."
+    )
+    arrival: Literal["concurrency", "poisson"] = Field(
+        "concurrency", description="concurrency: closed loop, a fixed number in flight per "
+        "level; poisson: open loop at each of request_rates, exponential gaps from `seed`."
+    )
+    concurrency: list[int] = Field(
+        min_length=1, description="Concurrency levels of the sweep; with arrival poisson, the "
+        "largest caps the requests in flight at every rate."
+    )
+    request_rates: list[float] | None = Field(
+        None, description="Requests per second, one level each (arrival poisson only)."
+    )
+    requests_per_level: int = Field(gt=0, description="Timed requests at each level, per round.")
     warmup_requests: int = Field(4, ge=0, description="Untimed requests before each level.")
+    max_rounds: int = Field(
+        1, ge=1, description="Rounds of requests_per_level per level, at most: 1 measures once; "
+        "more repeat (at least 2) until output tok/s is known within ci_target."
+    )
+    ci_target: float = Field(
+        0.05, gt=0, lt=1, description="Stop repeating once the 95% confidence half-width of "
+        "output tok/s is within this fraction of its mean."
+    )
     request_timeout_s: float = Field(120, gt=0)
     seed: int = 0
 
@@ -88,6 +132,48 @@ class WorkloadSpec(_Strict):
         if len(set(v)) != len(v):
             raise ValueError("concurrency levels must be distinct")
         return sorted(v)
+
+    @field_validator("request_rates")
+    @classmethod
+    def _rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return None
+        if not v or any(r <= 0 for r in v):
+            raise ValueError("request rates must be a non-empty list of positive requests/s")
+        if len(set(v)) != len(v):
+            raise ValueError("request rates must be distinct")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.prompt_source == "file" and not self.prompt_file:
+            raise ValueError("prompt_source file needs prompt_file: the path of a JSONL file")
+        if self.prompt_file and self.prompt_source != "file":
+            raise ValueError("prompt_file is read only with prompt_source file: set it or "
+                             "remove prompt_file")
+        if self.output_len_from == "dataset" and self.prompt_source != "file":
+            raise ValueError("output_len_from dataset needs prompt_source file (replies to "
+                             "measure): use output_len_from spec")
+        if self.range_ratio and self.prompt_source == "file":
+            raise ValueError("range_ratio spreads synthetic and corpus lengths; a prompt file's "
+                             "prompts have their own: remove range_ratio")
+        if self.api == "chat" and self.prompt_source == "synthetic":
+            raise ValueError("api chat sends text, and random token ids are not text: use "
+                             "prompt_source corpus or file")
+        if self.arrival == "poisson" and not self.request_rates:
+            raise ValueError("arrival poisson needs request_rates: e.g. [2, 4, 8] requests/s")
+        if self.arrival == "concurrency" and self.request_rates is not None:
+            raise ValueError("request_rates apply to arrival poisson: set it or remove them")
+        return self
+
+    @property
+    def level_count(self) -> int:
+        """Levels in the sweep: one per request rate (poisson) or per concurrency."""
+        return len(self.request_rates) if self.arrival == "poisson" else len(self.concurrency)
+
+    def prompts_needed(self) -> int:
+        """Prompts for the whole sweep, so none is sent twice (and served from a prefix cache)."""
+        return self.level_count * (self.warmup_requests + self.requests_per_level * self.max_rounds)
 
 
 class SLASpec(_Strict):
@@ -140,7 +226,13 @@ class StudySpec(_Strict):
 
 
 def load_spec(path: Path) -> StudySpec:
-    return load_model(StudySpec, read_yaml(path, "study spec"), str(path))
+    spec = load_model(StudySpec, read_yaml(path, "study spec"), str(path))
+    w = spec.workload
+    if w.prompt_file and not Path(w.prompt_file).is_absolute():
+        # Relative to the spec, like search_space, so a spec and its data travel together.
+        absolute = str((path.parent / w.prompt_file).resolve())
+        spec = spec.model_copy(update={"workload": w.model_copy(update={"prompt_file": absolute})})
+    return spec
 
 
 def resolve_space_path(spec: StudySpec, spec_path: Path) -> Path:

@@ -25,18 +25,28 @@ from typing import Any
 import optuna
 import psutil
 from optuna.trial import TrialState
+from pydantic import ValidationError
 
 import tuner
-from tuner.engine_metrics import read_spec_decode
+from tuner.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.errors import BadInput
 from tuner.failures import tail
 from tuner.hardware import Inventory, detect
 from tuner.hwtypes import GpuType, gpu_type
 from tuner.launcher import LaunchFailure, ServerProcess, free_port, port_is_free, stop_group
-from tuner.loadgen import run_sweep
+from tuner.loadgen import Prompt, Repeats, run_sweep
 from tuner.metrics import objective, sla_violations, summarize_level
-from tuner.prompts import corpus_token_prompts, synthetic_token_prompts
+from tuner.promptfile import PromptFileError, read_prompt_file
+from tuner.prompts import (
+    as_text,
+    corpus_text_prompts,
+    corpus_token_prompts,
+    file_prompts,
+    longest,
+    spread_prompts,
+    synthetic_token_prompts,
+)
 from tuner.records import LevelMeasurement
 from tuner.slots import DevicePool
 from tuner.space import (
@@ -129,6 +139,16 @@ def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> 
         )
 
 
+def check_prompt_file(spec: StudySpec) -> None:
+    """A bad prompt file fails before anything starts, naming its line (the tokenizer's pick
+    comes later, once the model is there)."""
+    if spec.workload.prompt_source == "file":
+        try:
+            read_prompt_file(Path(spec.workload.prompt_file))
+        except PromptFileError as e:
+            raise BadInput(str(e)) from e
+
+
 def ensure_model(spec: StudySpec, say: Say) -> Path:
     path = Path(spec.model.path).expanduser()
     if not path.exists():
@@ -137,10 +157,10 @@ def ensure_model(spec: StudySpec, say: Say) -> Path:
                 f"model.path {spec.model.path} does not exist: create it with "
                 f"`tuner model tiny --out {spec.model.path}` or add `generate: tiny-gpt-oss`"
             )
-        from tuner.tinymodel import generate_tiny_gpt_oss
+        from tuner.tinymodel import GENERATORS
 
-        say(f"generating the tiny gpt-oss model at {path} (seed {spec.model.seed})")
-        generate_tiny_gpt_oss(path, seed=spec.model.seed)
+        say(f"generating the {spec.model.generate} model at {path} (seed {spec.model.seed})")
+        GENERATORS[spec.model.generate](path, seed=spec.model.seed)
     return path.resolve()
 
 
@@ -159,6 +179,7 @@ def prepare(
     adapter = get_adapter(spec.engine.name)
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
     check_space(spec, space, adapter)
+    check_prompt_file(spec)
     inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:
@@ -215,12 +236,24 @@ def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
 
 
+def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as today's StudySpec writes it: fields added since it was stored take their
+    defaults, which measure what was measured before (one round, closed loop, completions), so
+    resuming an older study is not refused for them. A spec that no longer validates is left
+    as stored, and compares unequal."""
+    try:
+        return StudySpec.model_validate(spec).model_dump(mode="json")
+    except ValidationError:
+        return spec
+
+
 def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec_dict = ctx.spec.model_dump(mode="json")
     existing = ctx.store.get_study(ctx.name)
     if existing is not None:
-        changed = [k for k in _DEFINING if existing.spec.get(k) != spec_dict.get(k)]
+        stored = _as_current(existing.spec)
+        changed = [k for k in _DEFINING if stored.get(k) != spec_dict.get(k)]
         if existing.space != ctx.space.model_dump(mode="json"):
             changed.append("search_space")
         if changed:
@@ -298,27 +331,67 @@ def _level_line(m: LevelMeasurement) -> str:
     if m.acceptance_rate is not None:
         verdict += (f"  drafts accepted {m.acceptance_rate:.0%} "
                     f"(length {m.acceptance_length:.2f})")
-    return (f"    c={m.concurrency:<4} {m.output_tok_s_per_gpu:>9,.0f} tok/s/GPU  "
+    where = f"c={m.concurrency:<4}" if m.request_rate is None else f"{m.request_rate:g} req/s"
+    ci = ("" if m.output_tok_s_ci95 is None or not m.output_tok_s
+          else f" ±{m.output_tok_s_ci95 / m.output_tok_s:.1%}")
+    rounds = "" if not m.rounds or m.rounds < 2 else (
+        f"  {m.rounds} rounds" + ("" if m.converged else ", NOT CONVERGED"))
+    return (f"    {where} {m.output_tok_s_per_gpu:>9,.0f} tok/s/GPU{ci}  "
             f"TTFT p90 {f(m.ttft_p90_ms, ',.0f')} ms  user p90 "
-            f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}")
+            f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}{rounds}")
 
 
-def sweep_prompts(ctx: StudyContext) -> list[list[int]]:
-    """One fresh prompt per request of the whole sweep: none is served from a prefix cache."""
+def _tokenizer_json(ctx: StudyContext) -> Path:
     w = ctx.spec.workload
-    n = len(w.concurrency) * (w.warmup_requests + w.requests_per_level)
+    tokenizer = Path(ctx.settings.model) / "tokenizer.json"
+    if not tokenizer.is_file():
+        fix = ("use prompt_source synthetic" if w.api == "completions"
+               else "serve a model directory that has one")
+        raise BadInput(f"workload.prompt_source {w.prompt_source} needs the model's "
+                       f"tokenizer.json ({tokenizer} is missing): {fix}")
+    return tokenizer
+
+
+def sweep_prompts(ctx: StudyContext) -> list[list[int] | Prompt]:
+    """One prompt per request of the whole sweep (every round of every level, warm-up included):
+    fresh ones, so none is served from a prefix cache, except that a prompt file shorter than
+    the sweep is cycled."""
+    w = ctx.spec.workload
+    n = w.prompts_needed()
+    if w.prompt_source == "file":
+        try:
+            records = read_prompt_file(Path(w.prompt_file))
+            return file_prompts(records, n, api=w.api, input_len=w.input_len,
+                                output_len=w.output_len, output_len_from=w.output_len_from,
+                                tokenizer_json=_tokenizer_json(ctx), seed=w.seed)
+        except PromptFileError as e:
+            raise BadInput(str(e)) from e
+    if w.range_ratio:
+        # Windows as long as the longest draw, each cut to its own length.
+        longest_in = longest(w.input_len, w.range_ratio)
+        windows = (corpus_token_prompts(n, longest_in, _tokenizer_json(ctx), w.seed)
+                   if w.prompt_source == "corpus" else
+                   synthetic_token_prompts(n=n, input_len=longest_in,
+                                           vocab_size=ctx.shape.vocab_size, seed=w.seed))
+        spread = spread_prompts(windows, w.input_len, w.output_len, w.range_ratio, w.seed)
+        return as_text(spread, _tokenizer_json(ctx)) if w.api == "chat" else spread
     if w.prompt_source == "corpus":
-        tokenizer = Path(ctx.settings.model) / "tokenizer.json"
-        if not tokenizer.is_file():
-            raise BadInput(f"workload.prompt_source corpus needs the model's tokenizer.json "
-                           f"({tokenizer} is missing): use prompt_source synthetic")
-        return corpus_token_prompts(n, w.input_len, tokenizer, w.seed)
+        if w.api == "chat":
+            return corpus_text_prompts(n, w.input_len, _tokenizer_json(ctx), w.seed)
+        return corpus_token_prompts(n, w.input_len, _tokenizer_json(ctx), w.seed)
     return synthetic_token_prompts(n=n, input_len=w.input_len,
                                    vocab_size=ctx.shape.vocab_size, seed=w.seed, avoid_ids=())
 
 
 def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
             deadline: float) -> list[LevelMeasurement]:
+    """Run the spec's sweep against a ready server and return one row per level measured.
+
+    Each level: warm-up, then rounds until output tok/s is known within workload.ci_target (or
+    max_rounds), with the engine's scheduler gauges sampled in the background and its
+    speculative-decoding counters read before and after. Ends early, with the levels so far,
+    when the server dies, the deadline passes or the study is stopping. Knows nothing of Optuna.
+    """
     w = ctx.spec.workload
     prompts = sweep_prompts(ctx)
     sla = ctx.spec.sla.to_sla()
@@ -326,7 +399,7 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
     counts = [read_spec_decode(plan.engine, plan.base_url)]
 
     def on_level(run) -> None:
-        m = summarize_level(run, plan.gpus, sla)
+        m = summarize_level(run, plan.gpus, sla, ci_target=w.ci_target)
         counts.append(read_spec_decode(plan.engine, plan.base_url))
         if counts[-1] is not None and counts[-2] is not None:
             d = counts[-1] - counts[-2]
@@ -340,6 +413,9 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
         plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
         w.warmup_requests, w.request_timeout_s, on_level=on_level,
         stop=lambda: not server.alive() or time.monotonic() > deadline or ctx.stop.is_set(),
+        api=w.api, rates=w.request_rates if w.arrival == "poisson" else None,
+        repeats=Repeats(w.max_rounds, w.ci_target), seed=w.seed,
+        monitor=gauge_monitor(plan.engine, plan.base_url),
     )
     return levels
 
@@ -466,7 +542,7 @@ def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasure
             time.sleep(0.25)
     if not server.alive():
         return server.failure()
-    if len(levels) < len(ctx.spec.workload.concurrency):
+    if len(levels) < ctx.spec.workload.level_count:
         if time.monotonic() > deadline:
             limit = ctx.spec.budget.trial_timeout_s
             return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",

@@ -1,8 +1,12 @@
-"""A tiny gpt-oss model with random weights and a locally trained tokenizer: no hub access.
+"""Tiny MoE models with random weights and a locally trained tokenizer: no hub access.
 
-Same architecture family as gpt-oss-120b (MoE experts, alternating sliding-window and full
-attention), about a million parameters, so vLLM's CPU build serves it in seconds. Deterministic:
-the same seed gives byte-identical weights and tokenizer.
+tiny gpt-oss: same architecture family as gpt-oss-120b (MoE experts, alternating sliding-window
+and full attention), about a million parameters, so vLLM's CPU build serves it in seconds.
+vLLM renders chat for gpt-oss with OpenAI's Harmony format, whose token ids belong to gpt-oss's
+200k vocabulary, not to a tiny tokenizer: the tiny gpt-oss serves /v1/completions only.
+tiny Qwen3-MoE: a MoE model of the same size whose chat vLLM renders with the tokenizer's own
+chat template (written here), so /v1/chat/completions can be measured on CPU.
+Deterministic: the same seed gives byte-identical weights and tokenizer.
 """
 
 from __future__ import annotations
@@ -38,10 +42,27 @@ TINY_GPT_OSS = {
     "layer_types": ["sliding_attention", "full_attention"],
     "max_position_embeddings": 4096,
 }
+TINY_QWEN3_MOE = {
+    "num_hidden_layers": 2,
+    "hidden_size": 128,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 4096,
+}
 VOCAB_SIZE = 512
+# ChatML, as Qwen's own template writes turns; rendered by the server for /v1/chat/completions.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
-def _train_tokenizer(out: Path):
+def _train_tokenizer(out: Path, chat: bool = False):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,7 +71,8 @@ def _train_tokenizer(out: Path):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=["<|endoftext|>", "<|pad|>"],
+        special_tokens=["<|endoftext|>", "<|pad|>"] + (["<|im_start|>", "<|im_end|>"] if chat
+                                                         else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -58,6 +80,8 @@ def _train_tokenizer(out: Path):
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>"
     )
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(out)
     return fast
 
@@ -86,3 +110,33 @@ def generate_tiny_gpt_oss(out: Path, seed: int = 0) -> Path:
         json.dumps({"generator": "tuner tiny gpt-oss", "seed": seed, **TINY_GPT_OSS}, indent=2)
     )
     return out
+
+
+def generate_tiny_qwen3_moe(out: Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen3-MoE model (bf16 safetensors + a tokenizer with a chat
+    template) into `out`: the tiny model for measuring the chat API."""
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer(out, chat=True)
+    torch.manual_seed(seed)
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+        **TINY_QWEN3_MOE,
+    )
+    model = Qwen3MoeForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    (out / "tuner_model.json").write_text(
+        json.dumps({"generator": "tuner tiny qwen3-moe", "seed": seed, **TINY_QWEN3_MOE},
+                   indent=2)
+    )
+    return out
+
+
+GENERATORS = {"tiny-gpt-oss": generate_tiny_gpt_oss, "tiny-qwen3-moe": generate_tiny_qwen3_moe}

@@ -78,7 +78,7 @@ def render() -> None:
                 st.markdown(f"**{fname}**")
                 st.code(content, language="yaml")
 
-    st.subheader("Measurements, one row per concurrency level")
+    st.subheader("Measurements, one row per level")
     if trial.measurements:
         levels = ui.rounded(dd.levels_frame(trial))
         st.dataframe(levels, hide_index=True, width="stretch",

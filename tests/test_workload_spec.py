@@ -1,0 +1,88 @@
+"""The workload section of a study spec: prompt sources, the chat API, Poisson arrivals and
+repeats; every inconsistency is one line naming the field and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import base_spec, write_yaml
+from tuner.errors import BadInput
+from tuner.spec import load_spec
+
+
+def load(tmp_path: Path, **workload):
+    spec = base_spec(tmp_path / "model")
+    spec["workload"].update(workload)
+    return load_spec(write_yaml(tmp_path / "study.yaml", spec))
+
+
+def test_the_defaults_are_the_single_closed_loop_measurement(tmp_path):
+    w = load(tmp_path).workload
+    assert (w.prompt_source, w.api, w.arrival, w.max_rounds, w.request_rates) == (
+        "synthetic", "completions", "concurrency", 1, None)
+    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16)
+
+
+def test_poisson_levels_are_the_rates_and_rounds_multiply_the_prompts(tmp_path):
+    w = load(tmp_path, arrival="poisson", request_rates=[8, 2.5], max_rounds=3).workload
+    assert w.request_rates == [2.5, 8]
+    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16 * 3)
+
+
+def test_a_prompt_file_is_found_relative_to_the_spec(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "hi"}\n')
+    w = load(tmp_path, prompt_source="file", prompt_file="data/p.jsonl", api="chat").workload
+    assert w.prompt_file == str((tmp_path / "data" / "p.jsonl").resolve())
+
+
+@pytest.mark.parametrize("workload, message", [
+    ({"prompt_source": "file"}, "workload: prompt_source file needs prompt_file"),
+    ({"prompt_file": "p.jsonl"}, "prompt_file is read only with prompt_source file"),
+    ({"output_len_from": "dataset"}, "output_len_from dataset needs prompt_source file"),
+    ({"api": "chat"}, "api chat sends text, and random token ids are not text: use "
+                      "prompt_source corpus or file"),
+    ({"arrival": "poisson"}, "arrival poisson needs request_rates"),
+    ({"request_rates": [1.0]}, "request_rates apply to arrival poisson"),
+    ({"arrival": "poisson", "request_rates": [0]}, "workload.request_rates: request rates must"),
+    ({"max_rounds": 0}, "workload.max_rounds: Input should be greater than or equal to 1"),
+    ({"ci_target": 1.5}, "workload.ci_target: Input should be less than 1"),
+    ({"api": "responses"}, "workload.api: Input should be 'completions' or 'chat'"),
+    ({"range_ratio": 1.0}, "workload.range_ratio: Input should be less than 1"),
+    ({"prompt_source": "file", "prompt_file": "p.jsonl", "range_ratio": 0.5},
+     "range_ratio spreads synthetic and corpus lengths; a prompt file's prompts have their "
+     "own: remove range_ratio"),
+])
+def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workload, message):
+    with pytest.raises(BadInput) as e:
+        load(tmp_path, **workload)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_chat_example_spec_loads_with_its_prompt_file():
+    from tests.conftest import REPO
+    from tuner.promptfile import read_prompt_file
+
+    w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
+    assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "concurrency", "file", 5)
+    assert len(read_prompt_file(Path(w.prompt_file))) == 24
+
+
+def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
+    from tests.test_plan import _context, small_spec
+    from tuner import study as study_mod
+
+    ctx = _context(small_spec(tmp_path), [])
+    w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2})
+    ctx.spec = ctx.spec.model_copy(update={"workload": w})
+    prompts = study_mod.sweep_prompts(ctx)
+    assert len(prompts) == w.prompts_needed()
+    ins = [len(p.tokens) for p in prompts]
+    outs = [p.output_len for p in prompts]
+    assert min(ins) >= round(w.input_len * 0.5) and max(ins) <= round(w.input_len * 1.5)
+    assert min(outs) >= round(w.output_len * 0.5) and max(outs) <= round(w.output_len * 1.5)
+    assert len(set(ins)) > 10 and len(set(outs)) > 10
+    assert len({tuple(p.tokens) for p in prompts}) == len(prompts)  # none sent twice
+    ctx.store.close()

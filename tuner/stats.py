@@ -1,0 +1,49 @@
+"""Confidence intervals for repeated measurements: the mean of a sample and the half-width of its
+95% interval from Student's t distribution (the population spread is unknown, the samples few).
+
+Pure computation; the t quantile comes from scipy rather than a hand-copied table.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+from scipy.stats import t as student_t
+
+CONFIDENCE = 0.95
+
+
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided critical value of Student's t with `df` degrees of freedom."""
+    if df < 1:
+        raise ValueError(f"need at least 1 degree of freedom, got {df}")
+    return float(student_t.ppf(0.5 + confidence / 2, df))
+
+
+def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE
+            ) -> tuple[float | None, float | None]:
+    """(mean, half-width of its `confidence` interval): mean +- t * s / sqrt(n).
+
+    (None, None) for no values; the half-width is None for a single value (no spread to estimate
+    from). Assumes the values are independent draws, so callers pick a sample unit that is.
+    """
+    n = len(values)
+    if n == 0:
+        return None, None
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, None
+    return mean, t_quantile(n - 1, confidence) * statistics.stdev(values) / math.sqrt(n)
+
+
+def converged(values: Sequence[float], target: float) -> bool:
+    """Whether the interval's half-width is within `target` (a fraction) of the mean.
+
+    False with fewer than two values or a mean of zero (nothing to be relative to).
+    """
+    mean, half = mean_ci(values)
+    if half is None or not mean:
+        return False
+    return half <= target * abs(mean)
