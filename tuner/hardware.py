@@ -81,3 +81,16 @@ def split_devices(devices: list[int], parts: int) -> list[list[int]]:
     """Split device ids into `parts` contiguous groups of equal size (the remainder unused)."""
     per = len(devices) // parts
     return [devices[i * per : (i + 1) * per] for i in range(parts)]
+
+
+def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:
+    """The inventory narrowed to the devices this worker owns (`tuner worker --devices`), so
+    several workers on one node never share a GPU (or, on a CPU node, a core)."""
+    unknown = sorted(set(ids) - set(inv.devices))
+    if unknown:
+        unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
+        raise BadInput(f"--devices {','.join(map(str, ids))}: {unknown} are not among this "
+                       f"node's usable {unit} {list(inv.devices)}")
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"--devices {','.join(map(str, ids))}: a device is listed twice")
+    return Inventory(inv.kind, inv.type, tuple(ids), inv.description, inv.host)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuner.records import SLA
 from tuner.yamlio import load_model, read_yaml
@@ -118,6 +118,21 @@ class BudgetSpec(_Strict):
         1, ge=1, description="Trials run at the same time, each on its own devices (e.g. two "
         "TP4 trials on an 8-GPU node)."
     )
+    # Several workers on one study (`tuner worker`): a worker that stops beating for the grace
+    # period is presumed dead, its trial failed and retried once by whichever worker notices.
+    heartbeat_interval_s: int = Field(
+        30, ge=1, description="How often a running trial's worker records that it is alive."
+    )
+    heartbeat_grace_s: int = Field(
+        120, ge=1, description="Silence after which another worker fails the trial and retries "
+        "it; several intervals, so a busy worker is not taken for dead."
+    )
+
+    @model_validator(mode="after")
+    def _grace_outlasts_beats(self) -> BudgetSpec:
+        if self.heartbeat_grace_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_grace_s must be longer than heartbeat_interval_s")
+        return self
 
 
 class StudySpec(_Strict):
