@@ -160,12 +160,20 @@ def test_a_worker_of_a_study_that_does_not_exist_is_bad_input(tmp_path):
     assert "--create-only" in proc.stderr
 
 
-def test_a_worker_claims_only_devices_the_node_has(tmp_path):
+def test_a_worker_claims_only_devices_the_node_has_and_its_servers_stay_on_them():
+    from tuner.engines import get_adapter
     from tuner.errors import BadInput
-    from tuner.hardware import cpu_inventory, owned_devices
+    from tuner.hardware import Inventory, owned_devices
 
-    inv = cpu_inventory()
-    assert owned_devices(inv, [inv.devices[-1]]).devices == (inv.devices[-1],)
+    node = Inventory(kind="cpu", type="cpu", devices=(0, 1, 2, 3), description="4 cores",
+                     host="h")
+    mine = owned_devices(node, [2, 3])
+    assert mine.devices == (2, 3)
+    vllm = get_adapter("vllm")
+    # A TP1 server of this worker is pinned to its cores, not spread over the node's.
+    assert vllm.placement_env({"tensor_parallel_size": 1}, mine, [2, 3]) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "2-3"}
+    assert vllm.placement_env({"tensor_parallel_size": 1}, node, [0, 1, 2, 3]) == {}
     with pytest.raises(BadInput, match="not among this node's usable CPU cores"):
-        owned_devices(inv, [max(inv.devices) + 1])
+        owned_devices(node, [4])
 

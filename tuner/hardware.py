@@ -21,6 +21,9 @@ class Inventory:
     devices: tuple[int, ...]
     description: str
     host: str
+    # Devices of the whole node where this inventory is a worker's share of it (`--devices`):
+    # a trial on fewer than all of them is pinned to its own (the CPU build's core binding).
+    node_devices: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -93,4 +96,5 @@ def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:
                        f"node's usable {unit} {list(inv.devices)}")
     if len(set(ids)) != len(ids):
         raise BadInput(f"--devices {','.join(map(str, ids))}: a device is listed twice")
-    return Inventory(inv.kind, inv.type, tuple(ids), inv.description, inv.host)
+    return Inventory(inv.kind, inv.type, tuple(ids), f"devices {ids} of {inv.description}",
+                     inv.host, node_devices=len(inv.devices))
