@@ -33,20 +33,20 @@ BUDGET = 3
 LEVELS = [2]
 
 
-def _spec(tiny_model: Path, n_trials: int = BUDGET) -> dict:
+def _spec(tiny_model: Path, n_trials: int = BUDGET, requests: int = 8) -> dict:
     return base_spec(
         tiny_model, space="space.yaml",
         hardware={"gpu_type": "cpu", "devices": 1},
         workload={"input_len": 32, "output_len": 16, "concurrency": LEVELS,
-                  "requests_per_level": 8, "warmup_requests": 1},
+                  "requests_per_level": requests, "warmup_requests": 1},
         budget={"n_trials": n_trials, "trial_timeout_s": 300, "heartbeat_interval_s": 1,
                 "heartbeat_grace_s": 6},
     )
 
 
-def _create(tmp_path: Path, tiny_model: Path, url: str, n_trials: int = BUDGET) -> None:
+def _create(tmp_path: Path, tiny_model: Path, url: str, **spec) -> None:
     write_yaml(tmp_path / "space.yaml", SPACE)
-    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, n_trials))
+    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, **spec))
     proc = run_tuner("run", "study.yaml", "--create-only", "--storage", url, cwd=tmp_path,
                      timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -138,22 +138,24 @@ def test_two_workers_run_one_study_at_the_same_time(tmp_path, tiny_model, pg_url
 
 def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
         tmp_path, tiny_model, pg_url):
-    _create(tmp_path, tiny_model, pg_url)
+    # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
+    _create(tmp_path, tiny_model, pg_url, requests=160)
     survivor = _worker(tmp_path, pg_url, 0, "survivor")
     victim = _worker(tmp_path, pg_url, 1, "victim")
     store = Store.open(pg_url, create=False)
     try:
         def victim_measuring():
-            for t in store.running_trials("test-study"):
-                log = Path(t.log_path)
-                if t.worker_pid == victim.pid and log.exists() and \
-                        "POST /v1/completions" in log.read_text(errors="replace"):
-                    servers = [s for s in store.unstopped_servers(os.uname().nodename)
-                               if s.trial_id == t.id]
-                    return t, servers[0]
-            return None
+            if "server ready" not in (tmp_path / "victim.out").read_text():
+                return None  # the worker prints it, then sweeps
+            (trial,) = [t for t in store.running_trials("test-study")
+                        if t.worker_pid == victim.pid]
+            (server,) = [s for s in store.unstopped_servers(os.uname().nodename)
+                         if s.trial_id == trial.id]
+            return trial, server
 
         killed, server = _wait_for(victim_measuring, 400, "the victim's server to be measuring")
+        time.sleep(1.5)
+        assert group_members(server.pgid, server.create_time)  # its server is up
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=10)
     finally:
