@@ -34,6 +34,12 @@ def _open_store(url: str) -> int:
     return 1
 
 
+def _optuna_setup(url: str) -> int:
+    with Store.open(url) as store:
+        optuna_storage(url, store=store).engine.dispose()
+    return 1
+
+
 def _claim(url: str, number: int) -> bool:
     with Store.open(url) as store:
         try:
@@ -52,6 +58,12 @@ def test_workers_opening_a_fresh_postgres_database_at_once_migrate_it_once(pg_ur
         versions = c.execute(text("SELECT version_num FROM tuner_alembic_version")).all()
     engine.dispose()
     assert len(versions) == 1
+
+
+def test_workers_setting_up_optunas_tables_at_once_do_not_collide(pg_url):
+    # Unlocked, most of these fail with a duplicate key in pg_type (CREATE TABLE races).
+    with ProcessPoolExecutor(6) as pool:
+        assert list(pool.map(_optuna_setup, [pg_url] * 6)) == [1] * 6
 
 
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])

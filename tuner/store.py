@@ -208,6 +208,27 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextmanager
+    def setup_lock(self) -> Iterator[None]:
+        """Held while Optuna creates or checks its own tables in this database. On PostgreSQL,
+        workers starting at once on a fresh database would race on CREATE TABLE; this is the
+        lock tuner's own migrations take, so setups run one at a time."""
+        if self._engine.dialect.name != "postgresql":
+            yield
+            return
+        try:
+            connection = self._engine.connect()
+            connection.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_MIGRATION_LOCK})")
+            connection.commit()
+        except SQLAlchemyError as e:
+            raise StoreError(f"cannot lock {self._where} for setup: {_cause(e)}") from e
+        try:
+            yield
+        finally:
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_PG_MIGRATION_LOCK})")
+            connection.commit()
+            connection.close()
+
     # -- studies ------------------------------------------------------------------------------
 
     def ensure_study(

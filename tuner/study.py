@@ -260,10 +260,12 @@ def model_shape(spec: StudySpec, model_dir: Path | None) -> ModelShape:
 # ---------------------------------------------------------------- Optuna plumbing
 
 
-def optuna_storage(url: str, budget: BudgetSpec | None = None) -> optuna.storages.RDBStorage:
+def optuna_storage(url: str, budget: BudgetSpec | None = None,
+                   store: Store | None = None) -> optuna.storages.RDBStorage:
     """Optuna's storage on the study database; with a budget's heartbeat settings, trials of a
     worker that stops beating are failed by the others and retried once (Optuna's own
-    heartbeat and retry callback: tuner adds no scheduler of its own)."""
+    heartbeat and retry callback: tuner adds no scheduler of its own). With the `store` of the
+    same database, Optuna sets up its tables under the store's setup lock."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
@@ -275,7 +277,10 @@ def optuna_storage(url: str, budget: BudgetSpec | None = None) -> optuna.storage
                  "grace_period": budget.heartbeat_grace_s,
                  "heartbeat_stale_trial_callback":
                      optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
+    if store is None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
+    with store.setup_lock():
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
 
 
 def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
@@ -306,7 +311,7 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
         space=ctx.space.model_dump(mode="json"), tuner_version=tuner.__version__,
     )
     return optuna.create_study(
-        study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget),
+        study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
         direction="maximize",
         sampler=make_sampler(ctx.spec), load_if_exists=True,
     )
