@@ -57,7 +57,8 @@ from tuner.store import BudgetSpent, ServerRecord, Store, StoreError, TrialRecor
 # Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for
 # the heartbeat API, would be printed at every ask.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", module="optuna")
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+warnings.filterwarnings("ignore", message=r".*(heartbeat|fail_stale_trials|retried_trial_number)",
+                        category=optuna.exceptions.ExperimentalWarning)
 
 HOST = "127.0.0.1"
 MAX_IDLE_ASKS = 10
