@@ -170,6 +170,10 @@ def test_a_worker_of_a_study_that_does_not_exist_is_bad_input(tmp_path):
     assert proc.returncode == 2
     assert "--study nope: no such study" in proc.stderr
     assert "--create-only" in proc.stderr
+    proc = run_tuner("worker", "--devices", "first", "--storage", url, cwd=tmp_path,
+                     timeout=120)
+    assert proc.returncode == 2
+    assert "--devices first: give device indices" in proc.stderr
 
 
 def test_a_worker_claims_only_devices_the_node_has_and_its_servers_stay_on_them():

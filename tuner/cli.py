@@ -80,6 +80,9 @@ def run(
         raise BadInput("--gpu and --engine apply to --dry-run; for a real study set "
                        "hardware.gpu_type and engine.name in the spec")
     if create_only:
+        if warm_start:
+            raise BadInput("--warm-start applies to a study this command runs; with "
+                           "--create-only the workers run it: leave --warm-start out")
         _create_only(spec, spec_path, storage, study_name, n_trials)
         return
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
