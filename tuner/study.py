@@ -629,9 +629,11 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
         _warm_start(ctx, study, warm_start, set(done))
     # Keyed once: the loop asks "what is left?" before every trial.
     feasible = {_key(c): c for c in ctx.space.enumerate() if ctx.infeasible(c) is None}
+    running = len(ctx.store.running_trials(ctx.name))  # by other workers
+    elsewhere = f" ({running} running elsewhere)" if running else ""
     ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
             f"{len(feasible)} feasible on {ctx.inventory.description}; "
-            f"{ctx.store.budget_used(ctx.name)} of {n_trials} trials used; "
+            f"{ctx.store.budget_used(ctx.name) - running} of {n_trials} trials done{elsewhere}; "
             f"storage {mask_url(ctx.storage_url)}")
     results: list[TrialResult] = []
     started = time.monotonic()
