@@ -93,3 +93,13 @@ def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+
+
+def test_a_trial_another_worker_is_still_starting_is_left_alone(setup):
+    """Its worker has recorded its host but not yet itself: not a dead worker's trial."""
+    ctx, study, host, said = setup
+    trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
+    trial.set_user_attr("worker_host", host)
+    recover(ctx, study)
+    assert study.get_trials()[trial.number].state == TrialState.RUNNING
+    assert said == []

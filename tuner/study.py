@@ -346,7 +346,9 @@ def recover(ctx: StudyContext, study: optuna.Study) -> None:
             ctx.say(f"stopped {left} leftover server process(es) of an interrupted trial "
                     f"(pid {server.pid})")
     for ft in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if ft.user_attrs.get("worker_host") != host or _worker_alive(ft.user_attrs.get("worker")):
+        worker = ft.user_attrs.get("worker")
+        # No worker yet: another worker on this node is starting it (heartbeats judge the rest).
+        if ft.user_attrs.get("worker_host") != host or worker is None or _worker_alive(worker):
             continue
         reason = "interrupted: the tuner process running this trial died"
         study._storage.set_trial_user_attr(ft._trial_id, "failure_kind", "interrupted")
@@ -806,6 +808,14 @@ class TrialRunner:
             trial.set_user_attr("budget_spent", True)
             self.study.tell(trial, state=TrialState.FAIL)
             self.ctx.say(f"  trial {trial.number} not started: the study's budget is spent")
+            return None
+        except (StoreError, optuna.exceptions.UpdateFinishedTrialError):
+            # Another worker took this trial for dead (its heartbeats came too late) and failed
+            # it; the retry it queued measures the configuration again. The server is stopped.
+            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                raise
+            self.ctx.say(f"  trial {trial.number} was failed by another worker that missed its "
+                         "heartbeats: its result is dropped, the retry measures it again")
             return None
 
     def _run(self, trial: optuna.Trial, params: dict[str, Any], block: list[int],
