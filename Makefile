@@ -17,8 +17,9 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/tuner run examples/tiny-moe-cpu.yaml
 
+# The tests of several workers on one study need PostgreSQL: a throwaway server runs beside them.
 test: install
-	$(BIN)/python -m pytest -ra
+	.ci/with-postgres $(BIN)/python -m pytest -ra
 
 lint: install
 	$(BIN)/ruff check .

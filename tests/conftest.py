@@ -90,3 +90,31 @@ def run_tuner(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Complet
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([*TUNER, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+POSTGRES_ENV = "TUNER_TEST_POSTGRES_URL"
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """A fresh, empty PostgreSQL database of its own for one test (dropped afterwards), on the
+    throwaway server that `.ci/with-postgres` starts (`make test` runs pytest through it)."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    base = os.environ.get(POSTGRES_ENV)
+    if not base:
+        pytest.fail(f"{POSTGRES_ENV} is not set: run the tests through `make test` (or "
+                    "`.ci/with-postgres pytest ...`), which starts a PostgreSQL server for them")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -70,3 +70,36 @@ def test_a_dead_workers_server_is_reaped_and_its_trial_failed(setup):
     assert by_number[live_trial.number].state == TrialState.RUNNING
     assert ctx.store.trial("s", live_trial.number).state == "running"
     assert any("interrupted" in line for line in said)
+
+
+def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
+    """Two workers on one node: the second one's start does not stop the first one's server."""
+    ctx, study, host, said = setup
+    trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
+    trial.set_user_attr("worker_host", host)
+    trial.set_user_attr("worker", _worker_id())
+    tid = ctx.store.start_trial("s", trial.number, trial.params, worker_host=host,
+                                worker_pid=os.getpid())  # this process launched the server
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    try:
+        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
+                                create_time=psutil.Process(server.pid).create_time(),
+                                log_path="/nonexistent/server.log")
+        recover(ctx, study)
+        assert server.poll() is None  # still running
+        assert [s.trial_id for s in ctx.store.unstopped_servers(host)] == [tid]
+        assert ctx.store.trial("s", trial.number).state == "running"
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+
+
+def test_a_trial_another_worker_is_still_starting_is_left_alone(setup):
+    """Its worker has recorded its host but not yet itself: not a dead worker's trial."""
+    ctx, study, host, said = setup
+    trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
+    trial.set_user_attr("worker_host", host)
+    recover(ctx, study)
+    assert study.get_trials()[trial.number].state == TrialState.RUNNING
+    assert said == []

@@ -22,8 +22,10 @@ app.add_typer(model_app, name="model")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL "
-                                                "(default: sqlite:///tuner.db).")]
+StorageOpt = Annotated[str | None, typer.Option("--storage", envvar="TUNER_STORAGE",
+                                                show_envvar=False, help="Database URL "
+                                                "(default: $TUNER_STORAGE, else "
+                                                "sqlite:///tuner.db).")]
 StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
                                               "study in the database).")]
 
@@ -63,6 +65,9 @@ def run(
                           "says cannot fit in memory before launch.")] = 0,
     no_confirm: Annotated[bool, typer.Option("--no-confirm", help="Skip re-running the best "
                           "trials in fresh servers at the end (budget.confirm_top_k).")] = False,
+    create_only: Annotated[bool, typer.Option("--create-only", help="Validate everything and "
+                           "create the study, run no trial: `tuner worker` processes run it "
+                           "(several at once on a PostgreSQL --storage).")] = False,
 ) -> None:
     """Run (or resume) a tuning study of real serving trials, confirm the best ones in fresh
     servers, then export the winner."""
@@ -76,6 +81,12 @@ def run(
     if gpu or engine:
         raise BadInput("--gpu and --engine apply to --dry-run; for a real study set "
                        "hardware.gpu_type and engine.name in the spec")
+    if create_only:
+        if warm_start:
+            raise BadInput("--warm-start applies to a study this command runs; with "
+                           "--create-only the workers run it: leave --warm-start out")
+        _create_only(spec, spec_path, storage, study_name, n_trials)
+        return
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm_start)
     if spec.budget.confirm_top_k and not no_confirm:
@@ -132,6 +143,61 @@ def _finish(ctx, export_dir: Path | None) -> None:
                          default_formats(study))
     _print_best(study, best, trials)
     out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))
+
+
+def _create_only(spec, spec_path: Path, storage: str | None, study_name: str | None,
+                 n_trials: int | None) -> None:
+    import shlex
+
+    from tuner.store import mask_url
+    from tuner.study import load_or_create_study, prepare
+
+    if n_trials:  # the stored spec is what workers read: it carries the budget
+        spec.budget.n_trials = n_trials
+    ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
+    load_or_create_study(ctx)
+    used = ctx.store.budget_used(ctx.name)
+    stored = ctx.store.get_study(ctx.name).spec["budget"]["n_trials"]
+    out.print(f"study {ctx.name} is ready in {mask_url(ctx.storage_url)} ({used} of {stored} "
+              "trials used). Start workers on the nodes with:")
+    out.print(f"  tuner worker --study {shlex.quote(ctx.name)} "
+              f"--storage {shlex.quote(mask_url(ctx.storage_url))}")
+    if mask_url(ctx.storage_url) != ctx.storage_url:
+        out.print("(password masked: pass the full URL, or set TUNER_STORAGE to it and leave "
+                  "--storage out)")
+
+
+@app.command()
+def worker(
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    devices: Annotated[str | None, typer.Option("--devices", metavar="IDS", help="The devices "
+                       "this worker owns, e.g. 0,1,2,3 (GPU indices; CPU cores on a CPU node). "
+                       "Default: every device of the study's type on this node.")] = None,
+) -> None:
+    """Join an existing study and run its trials until its budget is spent; several workers
+    (on several nodes) share one study through a PostgreSQL --storage."""
+    from tuner.spec import DEFAULT_STORAGE
+    from tuner.study import prepare_worker, run_study
+
+    owned = _device_ids(devices) if devices is not None else None
+    ctx = prepare_worker(storage or DEFAULT_STORAGE, study, say=_say, devices=owned)
+    run_study(ctx, ctx.spec.budget.n_trials)
+    trials = ctx.store.trials(ctx.name)
+    _print_trials(trials)
+    used = ctx.store.budget_used(ctx.name)
+    out.print(f"worker done: study {ctx.name} has used {used} of {ctx.spec.budget.n_trials} "
+              "trials; `tuner best` and `tuner export` read the result")
+
+
+def _device_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        ids = []
+    if not ids or any(i < 0 for i in ids):
+        raise BadInput(f"--devices {text}: give device indices separated by commas, e.g. 0,1")
+    return ids
 
 
 def _print_dry_run(spec, spec_path: Path, gpu: str | None, engine: str | None, n: int) -> None:
@@ -277,18 +343,34 @@ def export(
     storage: StorageOpt = None,
     study: StudyOpt = None,
     fmt: Annotated[list[str] | None, typer.Option("--format", help="the study's engine (vllm: "
-                   "config.yaml + launch.sh), json (best.json) or k8s (k8s.yaml); repeat for "
-                   "several. Default: the engine's files and json.")] = None,
+                   "config.yaml + launch.sh), json (best.json), k8s (k8s.yaml) or k8s-workers "
+                   "(k8s-workers.yaml: a Job of --workers `tuner worker` pods on this study); "
+                   "repeat for several. Default: the engine's files and json.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default "
                        "tuner-exports/STUDY).")] = None,
     trial: Annotated[int | None, typer.Option("--trial", help="Export this trial instead of "
                      "the best.")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="With --format "
+                       "k8s-workers: how many worker pods.")] = 2,
+    image: Annotated[str | None, typer.Option("--image", help="With --format k8s-workers: "
+                     "the workers' image (tuner and the engine installed).")] = None,
+    secret: Annotated[str, typer.Option("--secret", help="With --format k8s-workers: the "
+                      "Secret whose key `url` holds the storage URL.")] = "tuner-storage",
 ) -> None:
     """Export the best configuration (or --trial N) as files a deploy runs as-is."""
-    from tuner.export import best_trial, default_formats, write_export
+    from tuner.export import WORKERS_FORMAT, best_trial, default_formats, write_export
 
     store = _open(storage)
     chosen = _pick_study(store, study)
+    directory = out_dir or Path("tuner-exports") / chosen.name
+    if fmt and WORKERS_FORMAT in fmt:
+        from tuner.export import write_workers_job
+
+        out.print(str(write_workers_job(chosen, directory, workers=workers, image=image,
+                                        secret=secret)))
+        fmt = [f for f in fmt if f != WORKERS_FORMAT]
+        if not fmt:
+            return
     trials = store.trials(chosen.name)
     if trial is None:
         picked = best_trial(chosen, trials)
@@ -297,8 +379,7 @@ def export(
         if picked is None:
             raise BadInput(f"--trial {trial}: no complete trial with that number in study "
                            f"{chosen.name}")
-    files = write_export(chosen, picked, out_dir or Path("tuner-exports") / chosen.name,
-                         tuple(fmt or default_formats(chosen)))
+    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)))
     for f in files:
         out.print(str(f))
 

@@ -307,3 +307,23 @@ def json_schema() -> dict[str, Any]:
 
 if __name__ == "__main__":  # regenerate the shipped schema: python -m tuner.export
     SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+
+
+WORKERS_FORMAT = "k8s-workers"
+
+
+def write_workers_job(study: StudyRecord, out_dir: Path, *, workers: int, image: str | None,
+                      secret: str) -> Path:
+    """`k8s-workers.yaml`: a Job of N `tuner worker` pods on the shared study. It needs no
+    finished trial; the storage URL stays in the Secret it names."""
+    from tuner import k8s
+
+    if not image:
+        raise BadInput(f"--format {WORKERS_FORMAT} needs --image: a container image with tuner "
+                       f"and {study.engine} installed, and the study's model at "
+                       f"{study.spec['model']['path']} (or a spec that generates it)")
+    job = k8s.workers_job(study=study.name, workers=workers, image=image,
+                          gpu_type=study.gpu_type, devices=study.spec["hardware"].get("devices"),
+                          secret=secret)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _write(out_dir / "k8s-workers.yaml", k8s.secret_howto(secret) + k8s.dump([job]))

@@ -21,6 +21,9 @@ class Inventory:
     devices: tuple[int, ...]
     description: str
     host: str
+    # Devices of the whole node where this inventory is a worker's share of it (`--devices`):
+    # a trial on fewer than all of them is pinned to its own (the CPU build's core binding).
+    node_devices: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,3 +84,17 @@ def split_devices(devices: list[int], parts: int) -> list[list[int]]:
     """Split device ids into `parts` contiguous groups of equal size (the remainder unused)."""
     per = len(devices) // parts
     return [devices[i * per : (i + 1) * per] for i in range(parts)]
+
+
+def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:
+    """The inventory narrowed to the devices this worker owns (`tuner worker --devices`), so
+    several workers on one node never share a GPU (or, on a CPU node, a core)."""
+    unknown = sorted(set(ids) - set(inv.devices))
+    if unknown:
+        unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
+        raise BadInput(f"--devices {','.join(map(str, ids))}: {unknown} are not among this "
+                       f"node's usable {unit} {list(inv.devices)}")
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"--devices {','.join(map(str, ids))}: a device is listed twice")
+    return Inventory(inv.kind, inv.type, tuple(ids), f"devices {ids} of {inv.description}",
+                     inv.host, node_devices=len(inv.devices))

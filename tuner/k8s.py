@@ -88,3 +88,58 @@ def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
 
 def dump(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+STORAGE_SECRET = "tuner-storage"  # the Secret holding the storage URL, under key `url`
+STORAGE_KEY = "url"
+
+
+def workers_job(*, study: str, workers: int, image: str, gpu_type: str, devices: int | None,
+                secret: str = STORAGE_SECRET) -> dict[str, Any]:
+    """A Job of `workers` pods, each running `tuner worker` against the shared study.
+
+    The storage URL (with its password) comes from a Secret through the environment, never
+    from the manifest. Each pod exits 0 once the study's budget is spent, so the Job completes
+    when every worker has; a pod that dies is restarted in place (OnFailure), and the new worker
+    reaps its predecessor's leftovers while the others retry its trial.
+    """
+    name = _name(f"{study}-workers")
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tuner",
+              "tuner/study": _name(study)}
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": image,
+        "command": ["tuner", "worker", "--study", study],
+        "env": [{"name": "TUNER_STORAGE",
+                 "valueFrom": {"secretKeyRef": {"name": secret, "key": STORAGE_KEY}}}],
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "OnFailure",
+        "containers": [container],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if gpu_type in GPU_PRODUCT_LABEL:
+        # The device plugin gives each pod GPUs of its own: a worker claims only those.
+        container["resources"] = {"limits": {"nvidia.com/gpu": devices or 8}}
+        pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
+    elif devices:
+        container["resources"] = {"requests": {"cpu": str(devices)},
+                                  "limits": {"cpu": str(devices)}}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": labels},
+        "spec": {"parallelism": workers, "completions": workers, "backoffLimit": 2 * workers,
+                 "template": {"metadata": {"labels": labels}, "spec": pod}},
+    }
+
+
+def secret_howto(secret: str = STORAGE_SECRET) -> str:
+    """How to create the Secret the Job reads, as YAML comments: the URL is never written here."""
+    return (
+        f"# The workers read the study database's URL from Secret {secret!r} (key "
+        f"{STORAGE_KEY!r}).\n"
+        "# Create it once, without writing the password to a file:\n"
+        f"#   kubectl create secret generic {secret} --from-literal={STORAGE_KEY}="
+        "\"postgresql://USER:PASSWORD@HOST:5432/DB\"\n"
+        "# The study must exist first: tuner run STUDY.yaml --create-only --storage URL\n"
+    )

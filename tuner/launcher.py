@@ -35,6 +35,15 @@ class LaunchFailure(Exception):
         self.kind, self.reason, self.log_tail = kind, reason, log_tail
 
 
+# tuner's own settings that hold a database password: a server has no use for them, and its
+# environment is readable by anyone who may read /proc/PID/environ or a crash dump.
+PRIVATE_ENV = ("TUNER_STORAGE", "TUNER_DASHBOARD_STORAGE", "TUNER_TEST_POSTGRES_URL")
+
+
+def server_environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -85,7 +94,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 self.plan.argv,
                 cwd=self.workdir,
-                env={**os.environ, **self.plan.env},
+                env={**server_environ(), **self.plan.env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -208,6 +208,21 @@ class BudgetSpec(_Strict):
         3, ge=0, description="At the end of `tuner run`, re-run this many of the best trials in "
         "a fresh server each before naming a winner (0: do not confirm)."
     )
+    # Several workers on one study (`tuner worker`): a worker that stops beating for the grace
+    # period is presumed dead, its trial failed and retried once by whichever worker notices.
+    heartbeat_interval_s: int = Field(
+        30, ge=1, description="How often a running trial's worker records that it is alive."
+    )
+    heartbeat_grace_s: int = Field(
+        120, ge=1, description="Silence after which another worker fails the trial and retries "
+        "it; several intervals, so a busy worker is not taken for dead."
+    )
+
+    @model_validator(mode="after")
+    def _grace_outlasts_beats(self) -> BudgetSpec:
+        if self.heartbeat_grace_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_grace_s must be longer than heartbeat_interval_s")
+        return self
 
 
 class StudySpec(_Strict):

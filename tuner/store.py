@@ -10,9 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,14 @@ from sqlalchemy import (
     Connection,
     Engine,
     Select,
+    and_,
     create_engine,
     delete,
     event,
+    func,
     insert,
     inspect,
+    or_,
     select,
     update,
 )
@@ -52,8 +56,8 @@ from db.models import (
 )
 from tuner.records import LevelMeasurement
 
-__all__ = ["PredictionRecord", "ServerRecord", "Store", "StoreError", "StudyRecord",
-           "TrialRecord"]
+__all__ = ["BudgetSpent", "PredictionRecord", "ServerRecord", "Store", "StoreError",
+           "StudyRecord", "TrialRecord"]
 
 _MIGRATIONS = Path(db.__file__).resolve().parent / "migrations"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -61,6 +65,8 @@ _SQLITE_TIMEOUT_S = 30  # how long a writer waits for another's lock before fail
 _FINISHED_STATES = tuple(s for s in TRIAL_STATES if s != "running")
 # Any fixed key: serializes migrations of workers sharing one PostgreSQL database.
 _PG_MIGRATION_LOCK = 7_202_511
+# With the study's own key: serializes workers claiming a trial of one study's budget.
+_PG_BUDGET_LOCK = 7_202_512
 
 
 class StoreError(Exception):
@@ -68,6 +74,10 @@ class StoreError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class BudgetSpent(Exception):
+    """A trial was refused because the study's budget is spent (by this or another worker)."""
 
 
 @dataclass
@@ -144,6 +154,7 @@ class ServerRecord:
     create_time: float
     log_path: str
     started_at: dt.datetime
+    worker_pid: int | None = None  # the tuner process that launched it
 
 
 class Store:
@@ -196,6 +207,27 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextmanager
+    def setup_lock(self) -> Iterator[None]:
+        """Held while Optuna creates or checks its own tables in this database. On PostgreSQL,
+        workers starting at once on a fresh database would race on CREATE TABLE; this is the
+        lock tuner's own migrations take, so setups run one at a time."""
+        if self._engine.dialect.name != "postgresql":
+            yield
+            return
+        try:
+            connection = self._engine.connect()
+            connection.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_MIGRATION_LOCK})")
+            connection.commit()
+        except SQLAlchemyError as e:
+            raise StoreError(f"cannot lock {self._where} for setup: {_cause(e)}") from e
+        try:
+            yield
+        finally:
+            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_PG_MIGRATION_LOCK})")
+            connection.commit()
+            connection.close()
 
     # -- studies ------------------------------------------------------------------------------
 
@@ -264,11 +296,23 @@ class Store:
         gpus: int | None = None,
         hardware: dict | None = None,
         log_path: str | None = None,
+        budget: int | None = None,
     ) -> int:
-        """Record Optuna trial `number` as running, started now. Returns the trial's id."""
+        """Record Optuna trial `number` as running, started now. Returns the trial's id.
+
+        With a `budget`, the claim is atomic across workers: under a lock held by one claimer of
+        the study at a time, the trials that count (see `budget_used`) are counted, and
+        BudgetSpent is raised instead of recording a trial beyond the budget.
+        """
         with self._session(f"start trial {number} of study {study_name!r}") as session:
+            if budget is not None:
+                self._lock_budget(session, study_name)
             study = self._study_row(session, study_name)
             self._check_new_trial(session, study, number)
+            if budget is not None:
+                used = session.scalar(_budget_count(study.id))
+                if used >= budget:
+                    raise BudgetSpent(f"study {study_name!r} has used {used} of {budget} trials")
             row = TrialModel(
                 study_id=study.id,
                 number=number,
@@ -285,6 +329,25 @@ class Store:
             session.add(row)
             session.flush()
             return row.id
+
+    def budget_used(self, study_name: str) -> int:
+        """Trials that count toward the budget: running, complete, or failed for a reason of
+        their own (an interrupted trial does not count; the study runs another in its place)."""
+        with self._session(f"count the trials of study {study_name!r}") as session:
+            study = self._study_row(session, study_name)
+            return session.scalar(_budget_count(study.id))
+
+    def interrupt_trial(self, trial_id: int, *, reason: str, log_tail: str | None = None) -> bool:
+        """Mark a running trial failed (interrupted) if it still is running; False if another
+        worker got there first. For trials whose own worker died and cannot finish them."""
+        with self._session(f"mark trial id {trial_id} interrupted") as session:
+            result = session.execute(
+                update(TrialModel)
+                .where(TrialModel.id == trial_id, TrialModel.state == "running")
+                .values(state="failed", failure_kind="interrupted", failure_reason=reason,
+                        log_tail=log_tail, finished_at=_now())
+            )
+            return result.rowcount == 1
 
     def record_infeasible(self, study_name: str, number: int, params: dict, reason: str) -> int:
         """Record a trial rejected before launch: infeasible and finished at once."""
@@ -422,11 +485,13 @@ class Store:
         """Servers on `host` never marked stopped, oldest first."""
         with self._session(f"read the servers on {host}") as session:
             query = (
-                select(ServerModel)
+                select(ServerModel, TrialModel.worker_pid)
+                .join(TrialModel, TrialModel.id == ServerModel.trial_id)
                 .where(ServerModel.host == host, ServerModel.stopped_at.is_(None))
                 .order_by(ServerModel.started_at, ServerModel.id)
             )
-            return [_server_record(row) for row in session.scalars(query)]
+            return [replace(_server_record(row), worker_pid=pid)
+                    for row, pid in session.execute(query)]
 
     # -- predictions --------------------------------------------------------------------------
 
@@ -501,6 +566,18 @@ class Store:
         finally:
             session.close()
 
+    @staticmethod
+    def _lock_budget(session: Session, study_name: str) -> None:
+        """Hold the study's claim lock until the session's transaction ends."""
+        if session.get_bind().dialect.name == "postgresql":
+            key = zlib.crc32(study_name.encode()) - 2**31  # pg's int4
+            session.execute(select(func.pg_advisory_xact_lock(_PG_BUDGET_LOCK, key)))
+        else:
+            # SQLite: a write as the transaction's first statement takes the database's write
+            # lock (waiting for another writer's), so the count below cannot go stale.
+            session.execute(update(StudyModel).where(StudyModel.name == study_name)
+                            .values(name=StudyModel.name))
+
     def _study_row(self, session: Session, name: str) -> StudyModel:
         row = StudyModel.find_by_name(name, session)
         if row is None:
@@ -530,7 +607,8 @@ def _parse_url(url: str) -> URL:
         return make_url(url)
     except ArgumentError as e:
         raise StoreError(
-            f"cannot parse storage URL {url!r}: pass e.g. sqlite:///tuner.db or "
+            f"cannot parse storage URL {url if '@' not in url else '<with credentials>'!r}: "
+            "pass e.g. sqlite:///tuner.db or "
             "postgresql://user@host/db"
         ) from e
 
@@ -728,6 +806,14 @@ def _measurement_rows(trial_id: int, run: int,
             for i, m in enumerate(measurements)]
 
 
+def _budget_count(study_id: int) -> Select:
+    counts = or_(TrialModel.state.in_(("running", "complete")),
+                 and_(TrialModel.state == "failed",
+                      func.coalesce(TrialModel.failure_kind, "") != "interrupted"))
+    return select(func.count()).select_from(TrialModel).where(TrialModel.study_id == study_id,
+                                                              counts)
+
+
 def _trials_query(study_name: str) -> Select:
     return (
         select(TrialModel)
@@ -839,9 +925,7 @@ def _hint(e: SQLAlchemyError) -> str:
 
 
 def mask_url(url: str) -> str:
-    """A storage URL with any password replaced, for printing."""
-    from sqlalchemy.engine import make_url
-
+    """A storage URL with any password replaced by ***, for printing and logging."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # an unparsable URL is reported elsewhere; never print it raw

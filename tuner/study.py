@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from tuner.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.errors import BadInput
 from tuner.failures import tail
-from tuner.hardware import Inventory, detect
+from tuner.hardware import Inventory, detect, owned_devices
 from tuner.hwtypes import GpuType, gpu_type
 from tuner.launcher import LaunchFailure, ServerProcess, free_port, port_is_free, stop_group
 from tuner.loadgen import Prompt, Repeats, run_sweep
@@ -59,8 +60,15 @@ from tuner.space import (
     read_model_shape,
     shape_by_name,
 )
-from tuner.spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
-from tuner.store import Store, StoreError, TrialRecord, mask_url
+from tuner.spec import DEFAULT_STORAGE, BudgetSpec, StudySpec, resolve_space_path
+from tuner.store import BudgetSpent, ServerRecord, Store, StoreError, TrialRecord, mask_url
+
+# tuner asks and tells with heartbeats on, beating from its own thread (Heartbeat below):
+# Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for
+# the heartbeat API, would be printed at every ask.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", module="optuna")
+warnings.filterwarnings("ignore", message=r".*(heartbeat|fail_stale_trials|retried_trial_number)",
+                        category=optuna.exceptions.ExperimentalWarning)
 
 HOST = "127.0.0.1"
 MAX_IDLE_ASKS = 10
@@ -98,6 +106,8 @@ class StudyContext:
     stop: threading.Event = field(default_factory=threading.Event)  # set: end every trial
     # Further feasibility checks after the engine rules (a warm start adds the model's memory fit).
     checks: list[Check] = field(default_factory=list)
+    # The study's trial budget while a loop runs it: claims beyond it are refused by the store.
+    budget: int | None = None
 
     def infeasible(self, config: dict[str, Any]) -> str | None:
         return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
@@ -164,9 +174,9 @@ def ensure_model(spec: StudySpec, say: Say) -> Path:
     return path.resolve()
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     try:
-        return Store.open(url)
+        return Store.open(url, create=create)
     except StoreError as e:
         raise BadInput(str(e)) from e
 
@@ -176,11 +186,49 @@ def prepare(
 ) -> StudyContext:
     """Validate everything a study needs, in an order that touches nothing until it all holds."""
     gpu = gpu_type(spec.hardware.gpu_type)
-    adapter = get_adapter(spec.engine.name)
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
+    return _context(spec, space, url=storage_url or spec.storage or DEFAULT_STORAGE,
+                    name=study_name or spec.name, say=say)
+
+
+def prepare_worker(storage_url: str, study_name: str | None, *, say: Say,
+                   devices: list[int] | None = None) -> StudyContext:
+    """A worker's context, rebuilt from what the store holds of an existing study (its spec and
+    resolved search space), so every worker of a study runs exactly the same study."""
+    from pydantic import ValidationError
+
+    from tuner.space import SearchSpace
+
+    store = open_store(storage_url, create=False)
+    studies = store.list_studies()
+    if study_name is None:
+        if len(studies) != 1:
+            names = ", ".join(s.name for s in studies) or "none"
+            raise BadInput(f"name the study to join with --study (studies: {names})")
+        study_name = studies[0].name
+    record = store.get_study(study_name)
+    if record is None:
+        names = ", ".join(s.name for s in studies) or "none"
+        raise BadInput(f"--study {study_name}: no such study in {mask_url(storage_url)} "
+                       f"(studies: {names}); create it with `tuner run STUDY.yaml --create-only`")
+    try:
+        spec = StudySpec.model_validate(record.spec)
+        space = SearchSpace.model_validate(record.space)
+    except ValidationError as e:
+        first = e.errors()[0]["msg"]
+        raise BadInput(f"study {study_name} was stored by another tuner version "
+                       f"({record.tuner_version}) and cannot be read: {first}") from e
+    return _context(spec, space, url=storage_url, name=study_name, say=say, store=store,
+                    devices=devices)
+
+
+def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: Say,
+             store: Store | None = None, devices: list[int] | None = None) -> StudyContext:
+    gpu = gpu_type(spec.hardware.gpu_type)
+    adapter = get_adapter(spec.engine.name)
     check_space(spec, space, adapter)
     check_prompt_file(spec)
-    inventory = detect(spec.hardware.gpu_type, spec.hardware.devices)
+    inventory = _inventory(spec, devices)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:
         raise BadInput("engine.port is fixed but budget.parallel_trials > 1: concurrent servers "
@@ -190,17 +238,29 @@ def prepare(
             f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
             "out to use a free port"
         )
-    url = storage_url or spec.storage or DEFAULT_STORAGE
-    store = open_store(url)
+    store = store or open_store(url)
     model_dir = ensure_model(spec, say)
     shape = model_shape(spec, model_dir)
     settings = engine_settings(spec, executable, str(model_dir))
-    name = study_name or spec.name
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
         settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
         say=say, gpu=gpu,
     )
+
+
+def _inventory(spec: StudySpec, devices: list[int] | None) -> Inventory:
+    """The node's devices of the spec's type; with `devices`, only those (a worker's own)."""
+    if devices is None:
+        return detect(spec.hardware.gpu_type, spec.hardware.devices)
+    inventory = owned_devices(detect(spec.hardware.gpu_type, None), devices)
+    n = spec.hardware.devices
+    if n is not None:
+        if n > len(inventory.devices):
+            raise BadInput(f"hardware.devices {n}: this worker owns only "
+                           f"{len(inventory.devices)} (--devices); give it more")
+        inventory = replace(inventory, devices=inventory.devices[:n])
+    return inventory
 
 
 def engine_settings(spec: StudySpec, executable: str, model: str) -> EngineSettings:
@@ -222,11 +282,27 @@ def model_shape(spec: StudySpec, model_dir: Path | None) -> ModelShape:
 # ---------------------------------------------------------------- Optuna plumbing
 
 
-def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+def optuna_storage(url: str, budget: BudgetSpec | None = None,
+                   store: Store | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the study database; with a budget's heartbeat settings, trials of a
+    worker that stops beating are failed by the others and retried once (Optuna's own
+    heartbeat and retry callback: tuner adds no scheduler of its own). With the `store` of the
+    same database, Optuna sets up its tables under the store's setup lock."""
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    else:
+        kwargs["pool_pre_ping"] = True  # long trials outlive idle server connections
+    beats: dict[str, Any] = {}
+    if budget is not None:
+        beats = {"heartbeat_interval": budget.heartbeat_interval_s,
+                 "grace_period": budget.heartbeat_grace_s,
+                 "heartbeat_stale_trial_callback":
+                     optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+    if store is None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
+    with store.setup_lock():
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
 
 
 def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
@@ -250,6 +326,8 @@ def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
 def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec_dict = ctx.spec.model_dump(mode="json")
+    if spec_dict.get("storage"):  # workers are told the URL; the stored spec keeps no password
+        spec_dict["storage"] = mask_url(spec_dict["storage"])
     existing = ctx.store.get_study(ctx.name)
     if existing is not None:
         stored = _as_current(existing.spec)
@@ -267,7 +345,8 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
         space=ctx.space.model_dump(mode="json"), tuner_version=tuner.__version__,
     )
     return optuna.create_study(
-        study_name=ctx.name, storage=optuna_storage(ctx.storage_url), direction="maximize",
+        study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
+        direction="maximize",
         sampler=make_sampler(ctx.spec), load_if_exists=True,
     )
 
@@ -292,13 +371,17 @@ def recover(ctx: StudyContext, study: optuna.Study) -> None:
     """Reap servers left by a dead tuner on this host; mark its unfinished trials failed."""
     host = ctx.inventory.host
     for server in ctx.store.unstopped_servers(host):
+        if _owner_alive(server):  # another worker on this node, running its own trial
+            continue
         left = stop_group(server.pgid, server.create_time, grace_s=10)
         ctx.store.mark_server_stopped(server.trial_id)
         if left:
             ctx.say(f"stopped {left} leftover server process(es) of an interrupted trial "
                     f"(pid {server.pid})")
     for ft in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if ft.user_attrs.get("worker_host") != host or _worker_alive(ft.user_attrs.get("worker")):
+        worker = ft.user_attrs.get("worker")
+        # No worker yet: another worker on this node is starting it (heartbeats judge the rest).
+        if ft.user_attrs.get("worker_host") != host or worker is None or _worker_alive(worker):
             continue
         reason = "interrupted: the tuner process running this trial died"
         study._storage.set_trial_user_attr(ft._trial_id, "failure_kind", "interrupted")
@@ -308,6 +391,37 @@ def recover(ctx: StudyContext, study: optuna.Study) -> None:
             ctx.store.finish_trial(record.id, state="failed", failure_kind="interrupted",
                                    failure_reason=reason, log_tail=_read_tail(record.log_path))
         ctx.say(f"trial {ft.number} was interrupted by a crash of its tuner: marked failed")
+
+
+def _owner_alive(server: ServerRecord) -> bool:
+    """Whether the tuner that launched this server still runs it: the server's leader is the
+    recorded process and still the child of the recorded tuner process."""
+    try:
+        leader = psutil.Process(server.pid)
+        return (server.worker_pid is not None and leader.ppid() == server.worker_pid
+                and abs(leader.create_time() - server.create_time) < 1.0)
+    except psutil.Error:
+        return False
+
+
+def reap_stale(ctx: StudyContext, study: optuna.Study) -> None:
+    """Fail the trials of workers that stopped sending heartbeats (Optuna enqueues each for one
+    retry), mark them interrupted in tuner's table and, on this node, stop their servers."""
+    optuna.storages.fail_stale_trials(study)
+    running = ctx.store.running_trials(ctx.name)
+    if not running:
+        return
+    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+    for record in [r for r in running if r.number in failed]:
+        if record.worker_host == ctx.inventory.host:
+            for server in ctx.store.unstopped_servers(ctx.inventory.host):
+                if server.trial_id == record.id:
+                    stop_group(server.pgid, server.create_time, grace_s=10)
+                    ctx.store.mark_server_stopped(record.id)
+        reason = f"interrupted: worker {record.worker_host} stopped sending heartbeats"
+        if ctx.store.interrupt_trial(record.id, reason=reason,
+                                     log_tail=_read_tail(record.log_path)):
+            ctx.say(f"trial {record.number} {reason}: marked failed, to be retried once")
 
 
 def _read_tail(path: str | None, n: int = 40) -> str | None:
@@ -435,7 +549,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     trial_id = ctx.store.start_trial(
         ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
         launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),
-        log_path=str(server.log_path),
+        log_path=str(server.log_path), budget=ctx.budget,
     )
     result = TrialResult(trial.number, params, "failed")
     levels: list[LevelMeasurement] = []
@@ -597,22 +711,31 @@ def sigterm_as_interrupt():
 
 
 def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[TrialResult]:
+    """Run the study until `n_trials` count toward its budget. Several processes (`tuner
+    worker`, on several nodes) may run one study at once: the budget is claimed atomically in
+    the store, and each worker skips what another has finished or is running."""
     study = load_or_create_study(ctx)
+    ctx.budget = n_trials
     recover(ctx, study)
+    reap_stale(ctx, study)
     done = _finished_configs(ctx)
     if warm_start:
         _warm_start(ctx, study, warm_start, set(done))
     # Keyed once: the loop asks "what is left?" before every trial.
     feasible = {_key(c): c for c in ctx.space.enumerate() if ctx.infeasible(c) is None}
+    running = len(ctx.store.running_trials(ctx.name))  # by other workers
+    elsewhere = f" ({running} running elsewhere)" if running else ""
     ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
             f"{len(feasible)} feasible on {ctx.inventory.description}; "
-            f"{len(done)} of {n_trials} trials done; storage {mask_url(ctx.storage_url)}")
+            f"{ctx.store.budget_used(ctx.name) - running} of {n_trials} trials done{elsewhere}; "
+            f"storage {mask_url(ctx.storage_url)}")
     results: list[TrialResult] = []
     started = time.monotonic()
     timeout = ctx.spec.budget.timeout_min
     infeasible_seen: set[str] = set()
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.spec.sampler.seed)
+    poll_s = ctx.spec.budget.heartbeat_interval_s
 
     def record(key: str, result: TrialResult) -> None:
         results.append(result)
@@ -625,18 +748,23 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
         while True:
             for key, result in runner.collect():
                 record(key, result)
-            if len(done) + runner.in_flight >= n_trials:
-                if not runner.in_flight:
-                    break
-                runner.wait_one()
-                continue
-            running = runner.keys
+            reap_stale(ctx, study)
+            # Fresh from the store: other workers finish and start trials too.
+            done.update(_finished_configs(ctx))
+            elsewhere = {_key(t.params) for t in ctx.store.running_trials(ctx.name)}
+            running = runner.keys | elsewhere
+            used = max(ctx.store.budget_used(ctx.name), len(done) + runner.in_flight)
             untried = [c for k, c in feasible.items() if k not in done and k not in running]
-            if not untried:
+            if used >= n_trials or not untried:
                 if runner.in_flight:
                     runner.wait_one()
                     continue
-                ctx.say("every feasible configuration of the space has been tried")
+                if elsewhere:
+                    # Another worker's trial may yet die: then its retry is ours to run.
+                    ctx.stop.wait(poll_s)
+                    continue
+                if used < n_trials:
+                    ctx.say("every feasible configuration of the space has been tried")
                 break
             if timeout and time.monotonic() - started > timeout * 60:
                 ctx.say(f"budget.timeout_min ({timeout:g} min) reached: no new trial started")
@@ -655,7 +783,7 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
                 _tell_repeat(study, trial, done[key])
                 idle += 1
                 continue
-            if key in runner.keys:  # being measured right now: nothing to learn yet
+            if key in running:  # being measured right now: nothing to learn yet
                 trial.set_user_attr("repeat_of_running", True)
                 study.tell(trial, state=TrialState.FAIL)
                 idle += 1
@@ -672,12 +800,49 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: int = 0) -> list[Tri
                                                failure_kind="infeasible", failure_reason=reason))
                 continue
             idle = 0
-            launched = len(done) + runner.in_flight + 1
-            ctx.say(f"trial {trial.number}  {describe(params)}  ({launched}/{n_trials})")
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(
+                study._storage.get_trial(trial._trial_id))
+            again = f", retry of trial {retry}" if retry is not None else ""
+            ctx.say(f"trial {trial.number}  {describe(params)}  ({used + 1}/{n_trials}{again})")
             runner.submit(trial, params, key)
         for key, result in runner.collect():
             record(key, result)
     return results
+
+
+class Heartbeat:
+    """Records that a trial's worker is alive every heartbeat interval, from a thread of its own,
+    while the trial waits for devices and runs. Optuna beats only inside `study.optimize`; tuner
+    asks and tells, so it beats itself. Without beats (a SIGKILLed worker), another worker fails
+    the trial after the grace period and Optuna retries it once."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, interval_s: float, say: Say):
+        self._storage, self._trial_id = study._storage, trial._trial_id
+        self._interval, self._say = interval_s, say
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial.number}",
+                                        daemon=True)
+
+    def _beat(self) -> None:
+        warned = False
+        while True:
+            try:
+                self._storage.record_heartbeat(self._trial_id)
+            except Exception as e:  # a database blip: the next beat may pass; say it once
+                if not warned:
+                    self._say(f"  heartbeat not recorded ({type(e).__name__}); retrying")
+                    warned = True
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._storage.record_heartbeat(self._trial_id)  # beating before anything is claimed
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 class TrialRunner:
@@ -702,28 +867,64 @@ class TrialRunner:
     def keys(self) -> set[str]:
         return set(self._running.values())
 
+    def _heartbeat(self, trial: optuna.Trial) -> Heartbeat:
+        return Heartbeat(self.study, trial, self.ctx.spec.budget.heartbeat_interval_s,
+                         self.ctx.say)
+
     def submit(self, trial: optuna.Trial, params: dict[str, Any], key: str) -> None:
         if self.executor is None:
-            result = run_trial(self.ctx, self.study, trial, params)
-            self._finished.append((key, result))
+            with self._heartbeat(trial):
+                result = self._claimed(trial, params, None)
+            if result is not None:
+                self._finished.append((key, result))
             return
-        block = self.pool.acquire(self.ctx.adapter.world_size(params), self.ctx.stop)
+        beat = self._heartbeat(trial).__enter__()
+        try:
+            block = self.pool.acquire(self.ctx.adapter.world_size(params), self.ctx.stop)
+        except BaseException:
+            beat.__exit__(None, None, None)
+            raise
         if block is None:
+            beat.__exit__(None, None, None)
             raise KeyboardInterrupt
         self.ctx.say(f"  trial {trial.number} on devices {block}")
-        self._running[self.executor.submit(self._run, trial, params, block)] = key
+        self._running[self.executor.submit(self._run, trial, params, block, beat)] = key
 
-    def _run(self, trial: optuna.Trial, params: dict[str, Any], block: list[int]) -> TrialResult:
+    def _claimed(self, trial: optuna.Trial, params: dict[str, Any],
+                 block: list[int] | None) -> TrialResult | None:
+        """run_trial, or None where the store refused the claim: the budget was spent by
+        other workers since this one asked (the asked trial is told FAIL, not counted)."""
         try:
             return run_trial(self.ctx, self.study, trial, params, block)
+        except BudgetSpent:
+            trial.set_user_attr("budget_spent", True)
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.ctx.say(f"  trial {trial.number} not started: the study's budget is spent")
+            return None
+        except (StoreError, optuna.exceptions.UpdateFinishedTrialError):
+            # Another worker took this trial for dead (its heartbeats came too late) and failed
+            # it; the retry it queued measures the configuration again. The server is stopped.
+            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                raise
+            self.ctx.say(f"  trial {trial.number} was failed by another worker that missed its "
+                         "heartbeats: its result is dropped, the retry measures it again")
+            return None
+
+    def _run(self, trial: optuna.Trial, params: dict[str, Any], block: list[int],
+             beat: Heartbeat) -> TrialResult | None:
+        try:
+            return self._claimed(trial, params, block)
         finally:
+            beat.__exit__(None, None, None)
             self.pool.release(block)
 
     def collect(self) -> list[tuple[str, TrialResult]]:
         out, self._finished = self._finished, []
         for fut in [f for f in self._running if f.done()]:
             key = self._running.pop(fut)
-            out.append((key, fut.result()))  # a trial's interrupt re-raises here
+            result = fut.result()  # a trial's interrupt re-raises here
+            if result is not None:
+                out.append((key, result))
         return out
 
     def wait_one(self) -> None:

@@ -70,7 +70,7 @@ class VllmAdapter:
         world = self.world_size(config)
         if inventory.kind == "gpu":
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
-        if world > 1 or len(devices) < len(inventory.devices):
+        if world > 1 or len(devices) < max(len(inventory.devices), inventory.node_devices or 0):
             # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank:
             # without it, TP > 1 fails with "Not enough allowed NUMA nodes", and a trial sharing
             # the node with another must stay on its own cores.

@@ -1,0 +1,283 @@
+"""Several `tuner worker` processes on one PostgreSQL-backed study of real vLLM CPU trials.
+
+Each worker owns one core of this 2-core node (`--devices`), as each worker of a GPU fleet owns
+its node's GPUs, so two servers run at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy import create_engine, text
+
+from tests.conftest import TUNER, base_spec, run_tuner, vllm_available, write_yaml
+from tuner.launcher import group_members
+from tuner.store import Store
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+]
+
+# Four TP1 configurations: more than the budget, so no worker runs out of work early.
+SPACE = {"name": "tp1", "engine": "vllm",
+         "parameters": {"max_batch_size": {"values": [4, 8, 16, 32]}}}
+BUDGET = 3
+LEVELS = [2]
+
+
+def _spec(tiny_model: Path, n_trials: int = BUDGET, requests: int = 8) -> dict:
+    return base_spec(
+        tiny_model, space="space.yaml",
+        hardware={"gpu_type": "cpu", "devices": 1},
+        workload={"input_len": 32, "output_len": 16, "concurrency": LEVELS,
+                  "requests_per_level": requests, "warmup_requests": 1},
+        budget={"n_trials": n_trials, "trial_timeout_s": 300, "heartbeat_interval_s": 1,
+                "heartbeat_grace_s": 6},
+    )
+
+
+def _create(tmp_path: Path, tiny_model: Path, url: str, **spec) -> None:
+    write_yaml(tmp_path / "space.yaml", SPACE)
+    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, **spec))
+    proc = run_tuner("run", "study.yaml", "--create-only", "--storage", url, cwd=tmp_path,
+                     timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def _worker(tmp_path: Path, url: str, core: int, name: str) -> subprocess.Popen:
+    """`tuner worker` on one core, the storage URL in its environment (as a k8s Secret gives
+    it); output to a file."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TUNER_STORAGE": url}
+    with open(tmp_path / f"{name}.out", "w") as out:
+        return subprocess.Popen([*TUNER, "worker", "--study", "test-study", "--devices",
+                                 str(core)], cwd=tmp_path, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def _finish(proc: subprocess.Popen, tmp_path: Path, name: str, timeout: float) -> str:
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = (tmp_path / f"{name}.out").read_text()
+    assert proc.returncode == 0, output[-3000:]
+    return output
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _measurement_rows(url: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as c:
+            return c.execute(text("SELECT trial_id, run, level FROM tuner_measurements")).all()
+    finally:
+        engine.dispose()
+
+
+def _check_budget_spent_exactly(store: Store, study: optuna.Study) -> None:
+    trials = store.trials("test-study")
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))  # every trial number appears once
+    assert set(numbers) <= {t.number for t in study.trials}
+    counted = [t for t in trials if t.state == "complete"
+               or (t.state == "failed" and t.failure_kind != "interrupted")]
+    assert len(counted) == BUDGET  # the total equals the budget, across both workers
+    assert not [t for t in trials if t.state == "running"]
+    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
+    for t in trials:
+        if t.state == "complete":  # its measurements, one per level, once
+            assert [m.concurrency for m in t.measurements] == LEVELS
+            assert t.objective is not None and t.objective > 0
+    assert store.budget_used("test-study") == BUDGET
+
+
+def test_two_workers_run_one_study_at_the_same_time(tmp_path, tiny_model, pg_url):
+    _create(tmp_path, tiny_model, pg_url)
+    first = _worker(tmp_path, pg_url, 0, "w0")
+    second = _worker(tmp_path, pg_url, 1, "w1")
+    outputs = [_finish(first, tmp_path, "w0", 900), _finish(second, tmp_path, "w1", 900)]
+
+    store = Store.open(pg_url, create=False)
+    study = optuna.load_study(study_name="test-study", storage=pg_url)
+    _check_budget_spent_exactly(store, study)
+    trials = [t for t in store.trials("test-study") if t.state != "infeasible"]
+    assert all(t.state == "complete" for t in trials), [(t.state, t.failure_reason)
+                                                        for t in trials]
+    # Both workers ran trials, each on its own core, and at the same time.
+    by_worker = {t.worker_pid for t in trials}
+    assert by_worker == {first.pid, second.pid}
+    binds = {t.worker_pid: t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
+    assert binds == {first.pid: "0", second.pid: "1"}
+    a, b = (min((t for t in trials if t.worker_pid == p.pid), key=lambda t: t.started_at)
+            for p in (first, second))
+    assert a.started_at < b.finished_at and b.started_at < a.finished_at
+    rows = _measurement_rows(pg_url)
+    assert len(rows) == len(set(rows)) == len(trials) * len(LEVELS)
+    for output in outputs:
+        assert "worker done: study test-study has used 3 of 3 trials" in output
+
+
+def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
+        tmp_path, tiny_model, pg_url):
+    # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
+    _create(tmp_path, tiny_model, pg_url, requests=160)
+    survivor = _worker(tmp_path, pg_url, 0, "survivor")
+    victim = _worker(tmp_path, pg_url, 1, "victim")
+    store = Store.open(pg_url, create=False)
+    try:
+        def victim_measuring():
+            if "server ready" not in (tmp_path / "victim.out").read_text():
+                return None  # the worker prints it, then sweeps
+            (trial,) = [t for t in store.running_trials("test-study")
+                        if t.worker_pid == victim.pid]
+            (server,) = [s for s in store.unstopped_servers(os.uname().nodename)
+                         if s.trial_id == trial.id]
+            return trial, server
+
+        killed, server = _wait_for(victim_measuring, 400, "the victim's server to be measuring")
+        time.sleep(1.5)
+        assert group_members(server.pgid, server.create_time)  # its server is up
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    output = _finish(survivor, tmp_path, "survivor", 900)
+
+    study = optuna.load_study(study_name="test-study", storage=pg_url)
+    _check_budget_spent_exactly(store, study)
+    # The killed trial ended FAIL in Optuna, failed (interrupted) in tuner's table.
+    by_number = {t.number: t for t in study.trials}
+    assert by_number[killed.number].state == TrialState.FAIL
+    record = store.trial("test-study", killed.number)
+    assert (record.state, record.failure_kind) == ("failed", "interrupted")
+    assert "stopped sending heartbeats" in record.failure_reason
+    assert record.measurements == []  # a trial is stored whole or not at all
+    # ... and was retried once, with the same configuration, to completion by the survivor.
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
+    retried = store.trial("test-study", retries[0].number)
+    assert (retried.state, retried.params) == ("complete", killed.params)
+    assert retried.worker_pid == survivor.pid
+    assert f"retry of trial {killed.number}" in output
+    # No measurement row lost or duplicated: one per level of each complete trial.
+    complete = [t for t in store.trials("test-study") if t.state == "complete"]
+    rows = _measurement_rows(pg_url)
+    assert len(rows) == len(set(rows)) == len(complete) * len(LEVELS)
+    # No process of the killed worker's server is left.
+    assert group_members(server.pgid, server.create_time) == []
+    assert store.unstopped_servers(os.uname().nodename) == []
+
+
+def test_a_storage_password_appears_in_no_output_log_or_export(tmp_path, tiny_model, pg_url):
+    from sqlalchemy.engine import make_url
+
+    password = make_url(pg_url).password
+    assert password and len(password) >= 12
+    wrong = make_url(pg_url).set(password="Wr0ngPassw0rdX").render_as_string(hide_password=False)
+    write_yaml(tmp_path / "space.yaml", SPACE)
+    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, n_trials=1))
+    outputs = []
+
+    def tuner(*args, env=None, expect=0):
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        proc = subprocess.run([*TUNER, *map(str, args)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env=full_env)
+        outputs.append(proc.stdout + proc.stderr)
+        assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc
+
+    created = tuner("run", "study.yaml", "--create-only", "--storage", pg_url)
+    assert "postgresql://tuner:***@" in created.stdout
+    tuner("worker", "--study", "test-study", env={"TUNER_STORAGE": pg_url})
+    tuner("status", "--storage", pg_url)
+    tuner("best", "--storage", pg_url)
+    tuner("export", "--storage", pg_url, "--format", "vllm", "--format", "json", "--format",
+          "k8s", "--format", "k8s-workers", "--image", "registry.example/tuner:1")
+    tuner("worker", "--study", "nope", "--storage", pg_url, expect=2)
+    denied = tuner("status", "--storage", wrong, expect=2)
+    assert "password authentication failed" in denied.stderr
+    assert "postgresql://tuner:***@" in denied.stderr
+
+    assert (tmp_path / "tuner-exports" / "test-study" / "k8s-workers.yaml").exists()
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".safetensors"]
+    assert any(p.name == "server.log" for p in files)  # the trial's log is among them
+    for secret in (password, "Wr0ngPassw0rdX"):
+        for i, output in enumerate(outputs):
+            assert secret not in output, f"command {i} printed the password"
+        for p in files:
+            assert secret not in p.read_text(errors="replace"), f"{p} holds the password"
+    # Nor does tuner's own record of the study (which the dashboard shows) hold it.
+    store = Store.open(pg_url, create=False)
+    assert password not in str(store.get_study("test-study").spec)
+    assert password not in str([t.launch_plan for t in store.trials("test-study")])
+
+
+def test_the_dashboard_reads_an_sqlite_study_while_it_runs(tmp_path, tiny_model):
+    """WAL mode and retries: reading in a loop during a real study, no read fails with
+    "database is locked" (or anything else), and the reads see the study progress."""
+    from tuner import dashboard_data as dd
+
+    write_yaml(tmp_path / "space.yaml", SPACE)
+    spec = _spec(tiny_model, n_trials=2)
+    spec["hardware"] = {"gpu_type": "cpu"}
+    write_yaml(tmp_path / "study.yaml", spec)
+    url = f"sqlite:///{tmp_path}/tuner.db"
+    with open(tmp_path / "run.out", "w") as out:
+        run = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
+                               stderr=subprocess.STDOUT, env={**os.environ,
+                                                              "PYTHONUNBUFFERED": "1"})
+    seen: list[tuple[int, int]] = []  # (trials, complete) per read
+    reads = 0
+    try:
+        _wait_for(lambda: (tmp_path / "tuner.db").exists(), 120, "the study database")
+        while run.poll() is None:
+            try:
+                store = dd.open_store(url)
+            except Exception as e:  # only before the study's tables exist
+                assert "no study database" in str(e), e
+                time.sleep(0.2)
+                continue
+            with store:
+                for data in dd.read_studies(store):
+                    dd.summarize(data)
+                    dd.trials_frame(data)
+                    dd.measured_points(data)
+                    dd.progress_frame(data)
+                    dd.failure_groups(data)
+                    complete = sum(t.state == "complete" for t in data.trials)
+                    seen.append((len(data.trials), complete))
+            importance = dd.param_importances(url, "test-study")  # Optuna's tables
+            assert "locked" not in (importance.note or "")
+            reads += 1
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+    assert run.returncode == 0, (tmp_path / "run.out").read_text()[-3000:]
+    assert reads > 20
+    # The reads saw the study from before its first result to its second.
+    assert (0, 0) in seen or (1, 0) in seen
+    assert any(complete == 1 for _, complete in seen)
+    assert max(complete for _, complete in seen) <= 2
+    assert "database is locked" not in (tmp_path / "run.out").read_text()
