@@ -76,8 +76,8 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement]) -> Confirmation:
     gap = value - first
     if abs(gap) > width:
         return Confirmation(trial.number, trial.params, "differs", first, value, True,
-                            f"confirmed at {value:,.0f} tok/s/GPU, {gap:+,.0f} from the first run "
-                            f"({first:,.0f}), outside {how}")
+                            f"{gap:+,.0f} tok/s/GPU from the first run ({first:,.0f}), "
+                            f"outside {how}")
     return Confirmation(trial.number, trial.params, "confirmed", first, value, True, None)
 
 
