@@ -15,6 +15,17 @@ REPO = Path(__file__).resolve().parent.parent
 TUNER = [sys.executable, "-m", "tuner.cli"]
 
 
+NO_VLLM = "vLLM is not installed beside this Python: run the tests through `make test`"
+
+
+@pytest.fixture
+def vllm_installed() -> None:
+    """Tests that start or ask the real engine fail, not skip, where it is missing: `make test`
+    installs it, so its absence is a broken setup to see."""
+    if not vllm_available():
+        pytest.fail(NO_VLLM)
+
+
 def vllm_available() -> bool:
     return shutil.which("vllm", path=str(Path(sys.executable).parent)) is not None
 
@@ -69,7 +80,7 @@ def real_study_dir(tmp_path_factory, tiny_model) -> Path:
     """A directory where `tuner run` has completed a real 3-trial study (`test-study`) into
     tuner.db, with its exports; shared by every test that needs a real study's database."""
     if not vllm_available():
-        pytest.skip("vLLM is not installed (make install)")
+        pytest.fail(NO_VLLM)
     d = tmp_path_factory.mktemp("study")
     write_yaml(d / "space.yaml", E2E_SPACE)
     spec = base_spec(tiny_model, space="space.yaml")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_tuner, vllm_available
+from tests.conftest import REPO, run_tuner
 from tuner.dryrun import dry_run
 from tuner.engines.base import moe_backends
 from tuner.spec import load_spec
@@ -71,7 +71,7 @@ def test_an_unknown_gpu_type_is_bad_input(tmp_path: Path):
     assert proc.returncode == 2 and "--gpu 'H300' is not a GPU type tuner knows" in proc.stderr
 
 
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+@pytest.mark.usefixtures("vllm_installed")
 def test_every_vllm_plan_is_accepted_by_vllms_own_parser(tmp_path: Path):
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import NO_VLLM, base_spec, run_tuner, vllm_available, write_yaml
 from tuner.store import Store
 
 pytestmark = pytest.mark.engine
@@ -22,7 +22,7 @@ SPACE = {"name": "three", "engine": "vllm",
 @pytest.fixture(scope="module")
 def confirmed(tmp_path_factory, tiny_model):
     if not vllm_available():
-        pytest.fail("vLLM is not installed: run the tests through `make test`")
+        pytest.fail(NO_VLLM)
     d = tmp_path_factory.mktemp("confirm")
     write_yaml(d / "space.yaml", SPACE)
     spec = base_spec(tiny_model, space="space.yaml", name="confirm-study")

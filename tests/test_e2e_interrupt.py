@@ -11,13 +11,13 @@ import time
 import optuna
 import pytest
 
-from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import base_spec, run_tuner, write_yaml
 from tuner.launcher import group_members
 from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+    pytest.mark.usefixtures("vllm_installed"),
 ]
 
 SPACE = {"name": "tp1", "engine": "vllm",

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from tests.conftest import base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import base_spec, run_tuner, write_yaml
 from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+    pytest.mark.usefixtures("vllm_installed"),
 ]
 
 SPACE = {"name": "ngram", "engine": "vllm", "parameters": {

@@ -18,12 +18,12 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import run_tuner, vllm_available
+from tests.conftest import run_tuner
 from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+    pytest.mark.usefixtures("vllm_installed"),
 ]
 
 @pytest.fixture(scope="module")

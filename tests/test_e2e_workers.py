@@ -17,13 +17,13 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
-from tests.conftest import TUNER, base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import TUNER, base_spec, run_tuner, write_yaml
 from tuner.launcher import group_members
 from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+    pytest.mark.usefixtures("vllm_installed"),
 ]
 
 # Four TP1 configurations: more than the budget, so no worker runs out of work early.

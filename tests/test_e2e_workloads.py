@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-from tests.conftest import REPO, base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import REPO, base_spec, run_tuner, write_yaml
 from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,
-    pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)"),
+    pytest.mark.usefixtures("vllm_installed"),
 ]
 
 SPACE = {"name": "one", "engine": "vllm", "parameters": {"max_batch_size": {"values": [16]}}}

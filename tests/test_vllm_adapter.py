@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.conftest import vllm_available
 from tuner.engines import EngineSettings, get_adapter
 from tuner.hardware import Inventory
 
@@ -61,7 +60,7 @@ def test_the_launch_command_points_at_the_exported_config():
                                                                   "/etc/tuner/config.yaml"]
 
 
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+@pytest.mark.usefixtures("vllm_installed")
 def test_vllms_own_parser_accepts_every_flag_tuner_emits(tmp_path):
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -86,7 +85,7 @@ def test_vllms_own_parser_accepts_every_flag_tuner_emits(tmp_path):
         parser.parse_args(["--model", p.model, "--config", str(tmp_path / "bad.yaml")])
 
 
-@pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed (make install)")
+@pytest.mark.usefixtures("vllm_installed")
 @pytest.mark.parametrize("backend", ["triton", "flashinfer_cutlass", "flashinfer_trtllm", "marlin"])
 def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
