@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,18 @@ def real_study_dir(tmp_path_factory, tiny_model) -> Path:
     (d / "run.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return d
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """Poll `predicate` every 0.5 s until it returns something truthy (returned), or fail
+    naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def write_yaml(path: Path, data: dict) -> Path:

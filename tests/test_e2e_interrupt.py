@@ -11,7 +11,7 @@ import time
 import optuna
 import pytest
 
-from tests.conftest import base_spec, run_tuner, write_yaml
+from tests.conftest import base_spec, run_tuner, wait_for, write_yaml
 from tuner.launcher import group_members
 from tuner.store import Store
 
@@ -22,16 +22,6 @@ pytestmark = [
 
 SPACE = {"name": "tp1", "engine": "vllm",
          "parameters": {"max_batch_size": {"values": [4, 16]}}}
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_model):
@@ -51,7 +41,7 @@ def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_m
                 return servers[0]
             return None
 
-        server = _wait_for(server_ready, 240, "the first trial's server to be ready")
+        server = wait_for(server_ready, 240, "the first trial's server to be ready")
         time.sleep(2)  # into the measurement
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)

@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
-from tests.conftest import TUNER, base_spec, run_tuner, write_yaml
+from tests.conftest import TUNER, base_spec, run_tuner, wait_for, write_yaml
 from tuner.launcher import group_members
 from tuner.store import Store
 
@@ -72,16 +72,6 @@ def _finish(proc: subprocess.Popen, tmp_path: Path, name: str, timeout: float) -
     output = (tmp_path / f"{name}.out").read_text()
     assert proc.returncode == 0, output[-3000:]
     return output
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _measurement_rows(url: str) -> list[tuple]:
@@ -153,7 +143,7 @@ def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
                          if s.trial_id == trial.id]
             return trial, server
 
-        killed, server = _wait_for(victim_measuring, 400, "the victim's server to be measuring")
+        killed, server = wait_for(victim_measuring, 400, "the victim's server to be measuring")
         time.sleep(1.5)
         assert group_members(server.pgid, server.create_time)  # its server is up
         victim.send_signal(signal.SIGKILL)
@@ -250,7 +240,7 @@ def test_the_dashboard_reads_an_sqlite_study_while_it_runs(tmp_path, tiny_model)
     seen: list[tuple[int, int]] = []  # (trials, complete) per read
     reads = 0
     try:
-        _wait_for(lambda: (tmp_path / "tuner.db").exists(), 120, "the study database")
+        wait_for(lambda: (tmp_path / "tuner.db").exists(), 120, "the study database")
         while run.poll() is None:
             try:
                 store = dd.open_store(url)

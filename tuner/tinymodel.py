@@ -88,53 +88,42 @@ def _train_tokenizer(out: Path, chat: bool = False):
 
 def generate_tiny_gpt_oss(out: Path, seed: int = 0) -> Path:
     """Write a tiny random-weight gpt-oss model (bf16 safetensors + tokenizer) into `out`."""
-    import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(out)
-    torch.manual_seed(seed)
-    config = GptOssConfig(
-        vocab_size=len(tokenizer),
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=False,
-        **TINY_GPT_OSS,
-    )
-    model = GptOssForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out, safe_serialization=True)
-    # Record how it was made, so a study's provenance can name its model exactly.
-    (out / "tuner_model.json").write_text(
-        json.dumps({"generator": "tuner tiny gpt-oss", "seed": seed, **TINY_GPT_OSS}, indent=2)
-    )
-    return out
+    return _write_model(out, seed, GptOssConfig, GptOssForCausalLM, TINY_GPT_OSS,
+                        "tuner tiny gpt-oss", chat=False)
 
 
 def generate_tiny_qwen3_moe(out: Path, seed: int = 0) -> Path:
     """Write a tiny random-weight Qwen3-MoE model (bf16 safetensors + a tokenizer with a chat
     template) into `out`: the tiny model for measuring the chat API."""
-    import torch
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    return _write_model(out, seed, Qwen3MoeConfig, Qwen3MoeForCausalLM, TINY_QWEN3_MOE,
+                        "tuner tiny qwen3-moe", chat=True)
+
+
+def _write_model(out: Path, seed: int, config_cls, model_cls, shape: dict, generator: str, *,
+                 chat: bool) -> Path:
+    import torch
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _train_tokenizer(out, chat=True)
+    tokenizer = _train_tokenizer(out, chat=chat)
     torch.manual_seed(seed)
-    config = Qwen3MoeConfig(
+    config = config_cls(
         vocab_size=len(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
-        **TINY_QWEN3_MOE,
+        **shape,
     )
-    model = Qwen3MoeForCausalLM(config).to(torch.bfloat16)
+    model = model_cls(config).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
+    # Record how it was made, so a study's provenance can name its model exactly.
     (out / "tuner_model.json").write_text(
-        json.dumps({"generator": "tuner tiny qwen3-moe", "seed": seed, **TINY_QWEN3_MOE},
-                   indent=2)
+        json.dumps({"generator": generator, "seed": seed, **shape}, indent=2)
     )
     return out
 
