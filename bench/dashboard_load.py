@@ -26,9 +26,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from tuner.dashboard_data import STORAGE_ENV
-from tuner.records import LevelMeasurement
-from tuner.store import Store
+from tuner.report.dashboard_data import STORAGE_ENV
+from tuner.store.records import LevelMeasurement
+from tuner.store.repository import Store
 
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "dashboard" / "app.py"

@@ -25,8 +25,8 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from fake_openai_server import Script, serve_in_process  # noqa: E402
 
-from tuner.loadgen import run_sweep  # noqa: E402
-from tuner.prompts import synthetic_token_prompts  # noqa: E402
+from tuner.measure.loadgen import run_sweep  # noqa: E402
+from tuner.measure.prompts import synthetic_token_prompts  # noqa: E402
 
 
 def _measure(url: str, prompts: list[list[int]], concurrency: int, requests: int,

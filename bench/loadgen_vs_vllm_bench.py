@@ -18,15 +18,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tuner.engines import EngineSettings, get_adapter
-from tuner.hardware import cpu_inventory
-from tuner.launcher import ServerProcess, free_port
-from tuner.loadgen import run_sweep
-from tuner.metrics import summarize_level
-from tuner.prompts import synthetic_token_prompts
-from tuner.records import SLA
-from tuner.space import read_model_shape
-from tuner.study import resolve_executable
+from tuner.measure.loadgen import run_sweep
+from tuner.measure.metrics import summarize_level
+from tuner.measure.prompts import synthetic_token_prompts
+from tuner.search.study import resolve_executable
+from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.serve.hardware import cpu_inventory
+from tuner.serve.launcher import ServerProcess, free_port
+from tuner.spec.sla import SLA
+from tuner.spec.space import read_model_shape
 
 
 def tuner_client(base_url, model, vocab, a, seed) -> tuple[float, float]:
@@ -70,7 +70,7 @@ def main() -> None:
 
     model = Path(a.model)
     if not model.exists():
-        from tuner.tinymodel import generate_tiny_gpt_oss
+        from tuner.serve.tiny_model import generate_tiny_gpt_oss
 
         generate_tiny_gpt_oss(model)
     model = str(model.resolve())

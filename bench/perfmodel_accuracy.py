@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuner import perfmodel as pm  # noqa: E402
-from tuner.planner import write_calibration  # noqa: E402
+from tuner.plan import perfmodel as pm  # noqa: E402
+from tuner.plan.planner import write_calibration  # noqa: E402
 
 
 def main() -> None:

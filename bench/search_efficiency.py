@@ -44,11 +44,11 @@ import numpy as np
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuner import perfmodel as pm  # noqa: E402
-from tuner import planner  # noqa: E402
-from tuner.dryrun import offline_study  # noqa: E402
-from tuner.spec import load_spec  # noqa: E402
-from tuner.study import MAX_IDLE_ASKS, make_sampler, tell_unusable  # noqa: E402
+from tuner.plan import perfmodel as pm  # noqa: E402
+from tuner.plan import planner  # noqa: E402
+from tuner.plan.dry_run import offline_study  # noqa: E402
+from tuner.search.study import MAX_IDLE_ASKS, make_sampler, tell_unusable  # noqa: E402
+from tuner.spec.study_spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LANDSCAPES = [("examples/gpt-oss-120b.yaml", "H200"), ("examples/gpt-oss-120b.yaml", "B200"),

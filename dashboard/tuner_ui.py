@@ -14,8 +14,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from tuner import dashboard_data as dd
-from tuner.store import Store, StoreError
+from tuner.report import dashboard_data as dd
+from tuner.store.repository import Store, StoreError
 
 CACHE_ENTRIES = 16
 SUCCESS = "#2e7d32"

@@ -34,7 +34,7 @@ def vllm_available() -> bool:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny gpt-oss model, generated once per test session."""
-    from tuner.tinymodel import generate_tiny_gpt_oss
+    from tuner.serve.tiny_model import generate_tiny_gpt_oss
 
     return generate_tiny_gpt_oss(tmp_path_factory.mktemp("model") / "tiny-gpt-oss")
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from tests.test_export import LEVEL, add_trial, study_store
-from tuner.confirm import FALLBACK_TOLERANCE, candidates, judge
-from tuner.export import best_trial, write_export
+from tuner.report.export import best_trial, write_export
+from tuner.search.confirm import FALLBACK_TOLERANCE, candidates, judge
 
 TP1 = {"tensor_parallel_size": 1, "max_batch_size": 4}
 TP2 = {"tensor_parallel_size": 2, "max_batch_size": 16}
@@ -134,7 +134,7 @@ def test_an_unconfirmed_export_says_so(store, tmp_path):
 
 
 def test_the_dashboard_shows_each_trials_confirmation_and_the_winners(store):
-    from tuner import dashboard_data as dd
+    from tuner.report import dashboard_data as dd
 
     add_trial(store, 0, TP1, 600.0, True, gpus=1)
     add_trial(store, 1, TP2, 550.0, True)

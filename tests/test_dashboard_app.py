@@ -21,8 +21,8 @@ pytest.importorskip("streamlit", reason="the dashboard extra is not installed (m
 from streamlit.testing.v1 import AppTest  # noqa: E402
 from test_dashboard_data import P, StudyWriter, level, mixed_study  # noqa: E402
 
-from tuner import dashboard_data as dd  # noqa: E402
-from tuner.store import Store  # noqa: E402
+from tuner.report import dashboard_data as dd  # noqa: E402
+from tuner.store.repository import Store  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "dashboard" / "app.py"
@@ -331,7 +331,7 @@ RENDER_ALL = textwrap.dedent("""
         at.switch_page("views/study.py")
         at.session_state["view"] = tab
         at.run()
-    bad = [m for m in ("tuner.launcher", "tuner.study", "tuner.loadgen") if m in sys.modules]
+    bad = [m for m in ("tuner.serve.launcher", "tuner.search.study", "tuner.measure.loadgen") if m in sys.modules]
     print(bad)
     sys.exit(1 if bad else 0)
 """)

@@ -21,10 +21,10 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 from sqlalchemy.exc import OperationalError
 
-from tuner import dashboard_data as dd
-from tuner.export import write_export
-from tuner.records import LevelMeasurement
-from tuner.store import Store, StoreError
+from tuner.report import dashboard_data as dd
+from tuner.report.export import write_export
+from tuner.store.records import LevelMeasurement
+from tuner.store.repository import Store, StoreError
 
 SPEC = {
     "name": "s",
@@ -484,8 +484,8 @@ def test_compare_puts_each_study_best_in_one_row_and_each_front_on_one_chart(url
 
 
 def test_the_dashboards_data_never_imports_the_launcher_or_the_study_loop():
-    code = ("import sys, tuner.dashboard_data; "
-            "bad = [m for m in ('tuner.launcher', 'tuner.study', 'tuner.loadgen') "
+    code = ("import sys, tuner.report.dashboard_data; "
+            "bad = [m for m in ('tuner.serve.launcher', 'tuner.search.study', 'tuner.measure.loadgen') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -497,7 +497,7 @@ def test_page_urls_quote_their_parameters():
 
 
 def _prediction(params: dict, concurrency: int, tok_s: float) -> dict:
-    from tuner.planner import key_digest
+    from tuner.plan.planner import key_digest
 
     return {"config_key": key_digest(params), "params": params, "concurrency": concurrency,
             "fits": True, "output_tok_s_per_gpu": tok_s, "tok_s_per_user": 100.0,

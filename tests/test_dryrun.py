@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, run_tuner
-from tuner.dryrun import dry_run
-from tuner.engines.base import moe_backends
-from tuner.spec import load_spec
+from tuner.plan.dry_run import dry_run
+from tuner.serve.engines.base import moe_backends
+from tuner.spec.study_spec import load_spec
 
 SPECS = {"vllm": REPO / "examples" / "gpt-oss-120b.yaml",
          "trtllm": REPO / "examples" / "gpt-oss-120b-trtllm.yaml"}

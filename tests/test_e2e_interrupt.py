@@ -12,8 +12,8 @@ import optuna
 import pytest
 
 from tests.conftest import base_spec, run_tuner, wait_for, write_yaml
-from tuner.launcher import group_members
-from tuner.store import Store
+from tuner.serve.launcher import group_members
+from tuner.store.repository import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -18,8 +18,8 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from tests.conftest import TUNER, base_spec, run_tuner, wait_for, write_yaml
-from tuner.launcher import group_members
-from tuner.store import Store
+from tuner.serve.launcher import group_members
+from tuner.store.repository import Store
 
 pytestmark = [
     pytest.mark.engine,
@@ -226,7 +226,7 @@ def test_a_storage_password_appears_in_no_output_log_or_export(tmp_path, tiny_mo
 def test_the_dashboard_reads_an_sqlite_study_while_it_runs(tmp_path, tiny_model):
     """WAL mode and retries: reading in a loop during a real study, no read fails with
     "database is locked" (or anything else), and the reads see the study progress."""
-    from tuner import dashboard_data as dd
+    from tuner.report import dashboard_data as dd
 
     write_yaml(tmp_path / "space.yaml", SPACE)
     spec = _spec(tiny_model, n_trials=2)

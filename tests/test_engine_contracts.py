@@ -1,5 +1,5 @@
 """Golden contracts: what tuner emits for TensorRT-LLM and SGLang exists in the releases it
-targets (key lists derived from their source, tuner/engines/data/), and NVIDIA's curated gpt-oss
+targets (key lists derived from their source, tuner/serve/engines/data/), and NVIDIA's curated gpt-oss
 configurations come out of tuner unchanged."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tuner.dryrun import dry_run
-from tuner.engines import EngineSettings, get_adapter
-from tuner.hardware import planned_inventory
-from tuner.hwtypes import gpu_type
-from tuner.spec import load_spec
+from tuner.plan.dry_run import dry_run
+from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.serve.hardware import planned_inventory
+from tuner.spec.gpu_types import gpu_type
+from tuner.spec.study_spec import load_spec
 
-DATA = REPO / "tuner" / "engines" / "data"
+DATA = REPO / "tuner" / "serve" / "engines" / "data"
 LLM_ARGS = json.loads((DATA / "trtllm-1.2.1-llm_args.json").read_text())
 SERVER_ARGS = json.loads((DATA / "sglang-0.5.23-server_args.json").read_text())
 CURATED = DATA / "trtllm-1.2.1-curated"
@@ -115,7 +115,7 @@ def test_every_sglang_flag_tuner_emits_exists_in_server_args_0_5_23(gpu):
 
 
 def test_reference_data_names_the_releases_the_adapters_target():
-    from tuner.engines import trtllm
+    from tuner.serve.engines import trtllm
 
     assert LLM_ARGS["release"] == f"v{trtllm.RELEASE}"
     assert SERVER_ARGS["release"].lstrip("v") == "0.5.23"

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tuner.engine_metrics import (
+from tuner.measure.engine_metrics import (
     GAUGES,
     SPEC_DECODE_COUNTERS,
     SpecDecodeCounts,
@@ -18,8 +18,9 @@ from tuner.engine_metrics import (
     parse_gauges,
     sample_gauges,
 )
-from tuner.prompts import corpus_token_prompts
-from tuner.records import EngineGauges, LevelMeasurement
+from tuner.measure.prompts import corpus_token_prompts
+from tuner.measure.records import EngineGauges
+from tuner.store.records import LevelMeasurement
 
 # As vLLM 0.32's /metrics prints them (one engine; a second label set must be summed).
 METRICS = """\
@@ -163,7 +164,7 @@ def test_an_engine_without_these_metrics_leaves_them_none():
 def test_corpus_prompts_for_chat_are_the_same_windows_as_text(tiny_model):
     from tokenizers import Tokenizer
 
-    from tuner.prompts import corpus_text_prompts
+    from tuner.measure.prompts import corpus_text_prompts
 
     tokenizer = tiny_model / "tokenizer.json"
     texts = corpus_text_prompts(4, 32, tokenizer, seed=3)

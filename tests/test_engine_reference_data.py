@@ -1,4 +1,4 @@
-"""The engine reference data (tuner/engines/data) loads, names its release, holds the keys the
+"""The engine reference data (tuner/serve/engines/data) loads, names its release, holds the keys the
 gpt-oss-120b configurations need, and its derivation script works on sample sources."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tuner.engines.data import derive_keys
+from tuner.serve.engines.data import derive_keys
 
 DATA = Path(derive_keys.__file__).parent
 TRT = json.loads((DATA / "trtllm-1.2.1-llm_args.json").read_text())

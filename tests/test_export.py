@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from tests.conftest import run_tuner
-from tuner.engines import get_adapter
-from tuner.errors import NoResult
-from tuner.export import ExportRecord, best_trial, write_export
-from tuner.records import LevelMeasurement
-from tuner.store import Store
+from tuner.report.export import ExportRecord, best_trial, write_export
+from tuner.serve.engines import get_adapter
+from tuner.spec.errors import NoResult
+from tuner.store.records import LevelMeasurement
+from tuner.store.repository import Store
 
 LEVEL = LevelMeasurement(
     concurrency=4, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,
@@ -159,7 +159,7 @@ def test_the_k8s_export_is_a_valid_deployment_of_the_exact_config(gpu_store, tmp
 ])
 def test_an_export_that_would_not_deploy_is_refused_before_writing(
         gpu_store, tmp_path, params, gpus, problem):
-    from tuner.errors import BadInput
+    from tuner.spec.errors import BadInput
 
     study = gpu_store.get_study("g")
     if "eagle3" in params.values():  # the study lost its draft model
@@ -171,8 +171,8 @@ def test_an_export_that_would_not_deploy_is_refused_before_writing(
 
 
 def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
-    from tuner.errors import BadInput
-    from tuner.export import check_invariants
+    from tuner.report.export import check_invariants
+    from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
         trial=0, hardware=SimpleNamespace(gpus=1),
@@ -188,7 +188,7 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
 def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tmp_path):
     import jsonschema
 
-    from tuner.export import SCHEMA_FILE, json_schema
+    from tuner.report.export import SCHEMA_FILE, json_schema
 
     shipped = json.loads(SCHEMA_FILE.read_text())
     assert shipped == json_schema(), "regenerate it: python -m tuner.export"

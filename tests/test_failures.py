@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.failures import classify
+from tuner.serve.failures import classify
 
 SEGFAULT_LOG = """\
 INFO:     127.0.0.1:48314 - "POST /v1/completions HTTP/1.1" 200 OK

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.conftest import run_tuner
-from tuner.errors import BadInput
-from tuner.gpus import NvmlUnavailable, gpu_type_of, read_gpus
-from tuner.hardware import detect
+from tuner.serve.hardware import detect
+from tuner.serve.nvml import NvmlUnavailable, gpu_type_of, read_gpus
+from tuner.spec.errors import BadInput
 
 
 class RecordedNvml:

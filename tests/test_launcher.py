@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from tuner.engines.base import LaunchPlan
-from tuner.launcher import (
+from tuner.serve.engines.base import LaunchPlan
+from tuner.serve.launcher import (
     LaunchFailure,
     ServerProcess,
     free_port,
@@ -96,8 +96,8 @@ def test_the_server_gets_sigterm_when_the_tuner_dies(tmp_path):
     tuner_like = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from tuner.launcher import ServerProcess
-        from tuner.engines.base import LaunchPlan
+        from tuner.serve.launcher import ServerProcess
+        from tuner.serve.engines.base import LaunchPlan
         plan = LaunchPlan(engine="t", argv=[sys.executable, "-c", {SERVER!r}, "{port}"],
                           env={{}}, files={{}}, host="127.0.0.1", port={port}, model="m", gpus=1)
         s = ServerProcess(plan, Path({str(tmp_path)!r}))

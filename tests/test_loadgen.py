@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
 
-from tuner.loadgen import (
+from tuner.measure.loadgen import (
     LevelRun,
     Prompt,
     Repeats,
@@ -25,9 +25,9 @@ from tuner.loadgen import (
     run_level,
     run_sweep,
 )
-from tuner.metrics import summarize_level
-from tuner.prompts import synthetic_token_prompts
-from tuner.records import SLA
+from tuner.measure.metrics import summarize_level
+from tuner.measure.prompts import synthetic_token_prompts
+from tuner.spec.sla import SLA
 
 # measure_stream: the timing rules, with a scripted clock and a replayed stream
 
@@ -430,7 +430,7 @@ def test_a_round_where_every_request_failed_ends_the_repeats():
 
 
 def test_spread_lengths_are_uniform_over_the_range_with_the_spec_length_as_mean():
-    from tuner.prompts import spread_lengths
+    from tuner.measure.prompts import spread_lengths
 
     lengths = spread_lengths(20000, 100, 0.5, random.Random(0))
     assert min(lengths) == 50 and max(lengths) == 150
@@ -441,7 +441,7 @@ def test_spread_lengths_are_uniform_over_the_range_with_the_spec_length_as_mean(
 
 
 def test_spread_prompts_cut_each_window_and_give_each_its_own_output_length():
-    from tuner.prompts import longest, spread_prompts
+    from tuner.measure.prompts import longest, spread_prompts
 
     windows = synthetic_token_prompts(50, longest(40, 0.25), vocab_size=1000, seed=3)
     prompts = spread_prompts(windows, 40, 20, 0.25, seed=3)

@@ -21,9 +21,9 @@ import statistics
 import pytest
 from fake_openai_server import Script, serve_in_process
 
-from tuner.loadgen import Repeats, run_sweep
-from tuner.metrics import summarize_level
-from tuner.records import SLA
+from tuner.measure.loadgen import Repeats, run_sweep
+from tuner.measure.metrics import summarize_level
+from tuner.spec.sla import SLA
 
 SEED = 8
 TTFT = (0.150, 0.350)
@@ -74,7 +74,7 @@ def test_the_95_percent_intervals_cover_the_true_means(level):
 def test_the_seed_draws_a_sample_whose_own_interval_covers_the_truth():
     # The same statement with the injected values alone: this seed is not an unlucky 5%.
     ttft, itl = injected()
-    from tuner.stats import mean_ci
+    from tuner.measure.stats import mean_ci
 
     for values, truth in ((ttft, 0.250), (itl, 0.030)):
         mean, half = mean_ci(values)

@@ -9,15 +9,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tuner.loadgen import LevelRun
-from tuner.metrics import (
+from tuner.measure.loadgen import LevelRun
+from tuner.measure.metrics import (
     MISSING_VIOLATION,
     objective,
     percentile,
     sla_violations,
     summarize_level,
 )
-from tuner.records import SLA, RequestResult
+from tuner.measure.records import RequestResult
+from tuner.spec.sla import SLA
 
 
 def ok(ttft: float, latency: float, out: int, prompt: int = 10, itl=()) -> RequestResult:
@@ -263,7 +264,7 @@ def test_one_round_keeps_the_single_measurement_with_no_interval():
 
 
 def test_rates_are_the_mean_over_rounds_and_percentiles_pool_every_round():
-    from tuner.loadgen import RoundRun
+    from tuner.measure.loadgen import RoundRun
 
     first, second = FOUR[:2], FOUR[2:]
     rounds = [RoundRun(first, 1.0), RoundRun(second, 4.0)]
@@ -281,7 +282,7 @@ def test_rates_are_the_mean_over_rounds_and_percentiles_pool_every_round():
 
 
 def test_steady_rounds_converge_within_the_target():
-    from tuner.loadgen import RoundRun
+    from tuner.measure.loadgen import RoundRun
 
     rounds = [RoundRun(FOUR, d) for d in (2.0, 2.02, 1.98)]
     run = LevelRun(concurrency=4, results=FOUR * 3, duration_s=6.0, rounds=rounds)
@@ -302,7 +303,7 @@ def test_ttft_mean_takes_requests_and_itl_mean_takes_each_requests_mean_gap_as_s
 
 
 def test_the_engine_gauges_sampled_during_the_level_are_kept_and_absent_ones_stay_none():
-    from tuner.records import EngineGauges
+    from tuner.measure.records import EngineGauges
 
     gauges = EngineGauges(kv_cache_usage_max=0.42, requests_running_max=8, requests_waiting_max=3,
                           preemptions=2, samples=10)

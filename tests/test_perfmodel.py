@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
-from tuner import perfmodel as pm
-from tuner.engines import get_adapter
-from tuner.hwtypes import GpuType
-from tuner.space import known_shapes
+from tuner.plan import perfmodel as pm
+from tuner.serve.engines import get_adapter
+from tuner.spec.gpu_types import GpuType
+from tuner.spec.space import known_shapes
 
 G120 = pm.model_facts("gpt-oss-120b")
 CAL = pm.load_calibration()

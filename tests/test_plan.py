@@ -13,17 +13,17 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, run_tuner, write_yaml
-from tuner import perfmodel as pm
-from tuner import planner
-from tuner import study as study_mod
-from tuner.dryrun import offline_study
-from tuner.engines import get_adapter
-from tuner.hardware import planned_inventory
-from tuner.hwtypes import gpu_type
-from tuner.records import LevelMeasurement
-from tuner.space import infeasibility, load_space, shape_by_name
-from tuner.spec import load_spec
-from tuner.store import Store
+from tuner.plan import perfmodel as pm
+from tuner.plan import planner
+from tuner.plan.dry_run import offline_study
+from tuner.search import study as study_mod
+from tuner.serve.engines import get_adapter
+from tuner.serve.hardware import planned_inventory
+from tuner.spec.gpu_types import gpu_type
+from tuner.spec.space import infeasibility, load_space, shape_by_name
+from tuner.spec.study_spec import load_spec
+from tuner.store.records import LevelMeasurement
+from tuner.store.repository import Store
 
 EXAMPLE = REPO / "examples" / "gpt-oss-120b.yaml"
 # A small gpt-oss-120b space: TP1 at memory fraction 0.5 cannot hold its 65 GB of weights on an
@@ -203,7 +203,7 @@ def test_saved_predictions_replace_the_stored_levels_of_the_same_configuration(t
 def test_a_database_of_the_first_schema_upgrades_and_keeps_its_studies(tmp_path: Path):
     from alembic import command
 
-    from tuner.store import _alembic_config, _sqlite_migration_engine
+    from tuner.store.repository import _alembic_config, _sqlite_migration_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = _sqlite_migration_engine(Store.open.__globals__["_parse_url"](url))

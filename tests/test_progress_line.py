@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner.records import LevelMeasurement
-from tuner.study import _level_line
+from tuner.search.study import _level_line
+from tuner.store.records import LevelMeasurement
 
 LEVEL = LevelMeasurement(
     concurrency=16, requests=48, errors=0, duration_s=6.0, input_tokens=1, output_tokens=1,

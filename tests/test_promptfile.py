@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.promptfile import FilePrompt, PromptFileError, read_prompt_file
-from tuner.prompts import file_prompts
+from tuner.measure.prompt_file import FilePrompt, PromptFileError, read_prompt_file
+from tuner.measure.prompts import file_prompts
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-prompts.jsonl"
 

@@ -13,8 +13,8 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from tuner.store import Store
-from tuner.study import _worker_id, optuna_storage, recover
+from tuner.search.study import _worker_id, optuna_storage, recover
+from tuner.store.repository import Store
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.test_plan import _context, small_spec
-from tuner import study as study_mod
-from tuner.errors import BadInput
+from tuner.search import study as study_mod
+from tuner.spec.errors import BadInput
 
 NEW_FIELDS = ("prompt_file", "api", "output_len_from", "arrival", "request_rates", "max_rounds",
               "ci_target")

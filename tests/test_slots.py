@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tuner.slots import DevicePool
+from tuner.serve.slots import DevicePool
 
 
 def test_two_tp4_trials_on_eight_gpus_get_the_two_halves():

@@ -7,11 +7,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner.engines import EngineSettings, get_adapter
-from tuner.errors import BadInput
-from tuner.hwtypes import CPU, gpu_type
-from tuner.space import ModelShape, SearchSpace, infeasibility, load_space, load_space_file
-from tuner.spec import search_spaces_dir
+from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.spec.errors import BadInput
+from tuner.spec.gpu_types import CPU, gpu_type
+from tuner.spec.space import ModelShape, SearchSpace, infeasibility, load_space, load_space_file
+from tuner.spec.study_spec import search_spaces_dir
 
 TINY = ModelShape(num_attention_heads=4, num_key_value_heads=2, num_experts=8, vocab_size=512)
 DENSE = ModelShape(num_attention_heads=6, num_key_value_heads=6, num_experts=0, vocab_size=512)

@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from tuner.sse import error_of, has_choice, iter_sse_events, usage_of
+from tuner.measure.sse import error_of, has_choice, iter_sse_events, usage_of
 
 
 async def _pieces(pieces: list[bytes]):

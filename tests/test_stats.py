@@ -9,7 +9,7 @@ import random
 import pytest
 from scipy import stats as scipy_stats
 
-from tuner.stats import converged, mean_ci, t_quantile
+from tuner.measure.stats import converged, mean_ci, t_quantile
 
 
 @pytest.mark.parametrize("df, table", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262),

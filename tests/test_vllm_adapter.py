@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tuner.engines import EngineSettings, get_adapter
-from tuner.hardware import Inventory
+from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.serve.hardware import Inventory
 
 CPU2 = Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2 cores", host="h")
 GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8 GPUs", host="h")

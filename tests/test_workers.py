@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from tests.conftest import run_tuner
-from tuner.spec import BudgetSpec
-from tuner.store import BudgetSpent, Store
-from tuner.study import Heartbeat, optuna_storage, reap_stale
+from tuner.search.study import Heartbeat, optuna_storage, reap_stale
+from tuner.spec.study_spec import BudgetSpec
+from tuner.store.repository import BudgetSpent, Store
 
 SPEC = {
     "engine": {"name": "vllm", "args": {}, "env": {}},
@@ -177,9 +177,9 @@ def test_a_worker_of_a_study_that_does_not_exist_is_bad_input(tmp_path):
 
 
 def test_a_worker_claims_only_devices_the_node_has_and_its_servers_stay_on_them():
-    from tuner.engines import get_adapter
-    from tuner.errors import BadInput
-    from tuner.hardware import Inventory, owned_devices
+    from tuner.serve.engines import get_adapter
+    from tuner.serve.hardware import Inventory, owned_devices
+    from tuner.spec.errors import BadInput
 
     node = Inventory(kind="cpu", type="cpu", devices=(0, 1, 2, 3), description="4 cores",
                      host="h")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import base_spec, write_yaml
-from tuner.errors import BadInput
-from tuner.spec import load_spec
+from tuner.spec.errors import BadInput
+from tuner.spec.study_spec import load_spec
 
 
 def load(tmp_path: Path, **workload):
@@ -63,7 +63,7 @@ def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workloa
 
 def test_the_chat_example_spec_loads_with_its_prompt_file():
     from tests.conftest import REPO
-    from tuner.promptfile import read_prompt_file
+    from tuner.measure.prompt_file import read_prompt_file
 
     w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
     assert (w.api, w.arrival, w.prompt_source, w.max_rounds) == ("chat", "concurrency", "file", 5)
@@ -72,7 +72,7 @@ def test_the_chat_example_spec_loads_with_its_prompt_file():
 
 def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
     from tests.test_plan import _context, small_spec
-    from tuner import study as study_mod
+    from tuner.search import study as study_mod
 
     ctx = _context(small_spec(tmp_path), [])
     w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2})

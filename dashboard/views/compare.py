@@ -4,7 +4,7 @@ in one table."""
 import streamlit as st
 import tuner_ui as ui
 
-from tuner import dashboard_data as dd
+from tuner.report import dashboard_data as dd
 
 
 @ui.page

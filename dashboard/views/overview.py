@@ -3,7 +3,7 @@
 import streamlit as st
 import tuner_ui as ui
 
-from tuner import dashboard_data as dd
+from tuner.report import dashboard_data as dd
 
 
 @ui.page

@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 import tuner_ui as ui
 
-from tuner import dashboard_data as dd
+from tuner.report import dashboard_data as dd
 
 
 @ui.page

@@ -1,0 +1,3 @@
+from tuner.cli.commands import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,156 @@
+"""Reading an engine's own Prometheus metrics around and during each measured level.
+
+Speculative decoding's acceptance is the engine's to report (the client sees tokens per chunk,
+not which were drafted): vLLM exports drafts, draft tokens and accepted draft tokens as counters.
+A level's figures are the difference of two snapshots, summed over label sets (engine ranks).
+
+The scheduler's state (KV-cache use, running and waiting requests) only exists while the load
+runs, so it is sampled in the background during the level (`sample_gauges`, on the load
+generator's own event loop) and kept as maxima; preemptions are a counter's increase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from tuner.measure.records import EngineGauges
+from tuner.serve.launcher import http_get
+
+# Counter names per engine (vLLM 0.32, labelled engine="N"); engines not listed expose none that
+# tuner reads.
+SPEC_DECODE_COUNTERS = {
+    "vllm": {
+        "drafts": "vllm:spec_decode_num_drafts_total",
+        "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+    },
+}
+
+
+@dataclass(frozen=True)
+class SpecDecodeCounts:
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+
+    def __sub__(self, earlier: SpecDecodeCounts) -> SpecDecodeCounts:
+        return SpecDecodeCounts(self.drafts - earlier.drafts,
+                                self.draft_tokens - earlier.draft_tokens,
+                                self.accepted_tokens - earlier.accepted_tokens)
+
+
+def parse_counters(text: str, names: dict[str, str]) -> SpecDecodeCounts | None:
+    """Sum each named counter over its label sets; None when the engine exports none of them."""
+    wanted = {v: k for k, v in names.items()}
+    totals = dict.fromkeys(names, 0.0)
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                totals[wanted[sample.name]] += sample.value
+                seen = True
+    if not seen:
+        return None
+    return SpecDecodeCounts(int(totals["drafts"]), int(totals["draft_tokens"]),
+                            int(totals["accepted_tokens"]))
+
+
+def read_spec_decode(engine: str, base_url: str) -> SpecDecodeCounts | None:
+    names = SPEC_DECODE_COUNTERS.get(engine)
+    if names is None:
+        return None
+    got = http_get(base_url + "/metrics", timeout=5.0)
+    if got is None or got[0] != 200:
+        return None
+    return parse_counters(got[1].decode(errors="replace"), names)
+
+
+# Scheduler metrics per engine (names as vLLM 0.32 registers them in vllm/v1/metrics/loggers.py;
+# the counter's samples carry the `_total` suffix).
+GAUGES = {
+    "vllm": {
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "preemptions": "vllm:num_preemptions_total",
+    },
+}
+SAMPLE_INTERVAL_S = 0.5
+_SCRAPE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+
+
+def parse_gauges(text: str, names: dict[str, str]) -> dict[str, float]:
+    """One scrape's values by key: KV-cache use is the fullest engine rank's (a fraction each),
+    request counts and the counter are summed over ranks. Keys the engine did not export are
+    absent. Only the wanted lines are parsed: the full text is mostly histograms."""
+    prefixes = tuple(names.values())
+    wanted = {v: k for k, v in names.items()}
+    lines = "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(lines + "\n"):
+        for sample in family.samples:
+            key = wanted.get(sample.name)
+            if key is None:
+                continue
+            if key == "kv_cache_usage":
+                values[key] = max(values.get(key, 0.0), sample.value)
+            else:
+                values[key] = values.get(key, 0.0) + sample.value
+    return values
+
+
+async def _scrape(session: aiohttp.ClientSession, url: str,
+                  names: dict[str, str]) -> dict[str, float] | None:
+    try:
+        async with session.get(url, timeout=_SCRAPE_TIMEOUT) as resp:
+            if resp.status != 200:
+                return None
+            return parse_gauges(await resp.text(errors="replace"), names)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+        return None  # a missed sample, not a failed level
+
+
+async def sample_gauges(session: aiohttp.ClientSession, base_url: str, names: dict[str, str],
+                        done: asyncio.Event,
+                        interval_s: float = SAMPLE_INTERVAL_S) -> EngineGauges:
+    """Scrape `/metrics` now, every `interval_s` until `done` is set, and once more then;
+    return the gauges' maxima and the preemption counter's increase over that span."""
+    url = base_url.rstrip("/") + "/metrics"
+    scrapes = []
+    while True:
+        got = await _scrape(session, url, names)
+        if got is not None:
+            scrapes.append(got)
+        if done.is_set():
+            break
+        try:
+            await asyncio.wait_for(done.wait(), interval_s)
+        except asyncio.TimeoutError:
+            pass
+
+    def peak(key: str) -> float | None:
+        seen = [s[key] for s in scrapes if key in s]
+        return max(seen) if seen else None
+
+    counts = [s["preemptions"] for s in scrapes if "preemptions" in s]
+    return EngineGauges(
+        kv_cache_usage_max=peak("kv_cache_usage"), requests_running_max=peak("running"),
+        requests_waiting_max=peak("waiting"),
+        preemptions=int(counts[-1] - counts[0]) if counts else None, samples=len(scrapes))
+
+
+def gauge_monitor(engine: str, base_url: str, interval_s: float = SAMPLE_INTERVAL_S):
+    """A load-generator monitor (tuner.loadgen.Monitor) that samples this engine's scheduler
+    metrics during each level; None for engines whose metrics tuner does not know."""
+    names = GAUGES.get(engine)
+    if names is None:
+        return None
+
+    async def monitor(session: aiohttp.ClientSession, done: asyncio.Event) -> EngineGauges:
+        return await sample_gauges(session, base_url, names, done, interval_s)
+
+    return monitor

@@ -1,0 +1,193 @@
+"""From measured requests to the numbers a study optimizes: percentiles, throughput per GPU,
+per-user decode speed, goodput under the SLA, and the objective over a trial's concurrency levels.
+
+Pure computation over records; nothing here reads a clock or the network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tuner.measure.loadgen import LevelRun
+from tuner.measure.records import EngineGauges, RequestResult
+from tuner.measure.stats import converged, mean_ci
+from tuner.spec.sla import SLA
+from tuner.store.records import LevelMeasurement
+
+# Stand-in violation when a level has no successful request, so its p90 figures do not exist.
+# Finite on purpose: Optuna stores constraints as JSON and ranks infeasible trials by the sum of
+# violations, where infinity would make every such trial tie.
+MISSING_VIOLATION = 1e9
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation, as numpy's default; None if empty."""
+    return _percentile_sorted(sorted(values), q)
+
+
+def _percentile_sorted(ordered: Sequence[float], q: float) -> float | None:
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be in [0, 100], got {q}")
+    if not ordered:
+        return None
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def decode_speed(result: RequestResult) -> float | None:
+    """Tokens per second one user sees after the first token: (output - 1) / (latency - ttft).
+
+    None when it is undefined: a failed request, or one with a single output token.
+    """
+    if not result.ok or result.output_tokens is None or result.output_tokens < 2:
+        return None
+    decode_s = result.latency_s - result.ttft_s
+    if decode_s <= 0:
+        return None
+    return (result.output_tokens - 1) / decode_s
+
+
+def meets_targets(result: RequestResult, sla: SLA) -> bool:
+    """Whether one successful request meets every SLA target that is set.
+
+    A request without a decode speed (one output token) cannot show it meets a speed target.
+    """
+    if not result.ok:
+        return False
+    if sla.ttft_p90_ms is not None and result.ttft_s * 1000 > sla.ttft_p90_ms:
+        return False
+    if sla.min_tok_s_per_user_p90 is not None:
+        speed = decode_speed(result)
+        if speed is None or speed < sla.min_tok_s_per_user_p90:
+            return False
+    return True
+
+
+def _ms(ordered_s: list[float], q: float) -> float | None:
+    value = _percentile_sorted(ordered_s, q)
+    return None if value is None else value * 1000
+
+
+def _rate(count: float, duration_s: float) -> float:
+    return count / duration_s if duration_s > 0 else 0.0
+
+
+def summarize_level(run: LevelRun, gpus: int, sla: SLA,
+                    ci_target: float | None = None) -> LevelMeasurement:
+    """One level's row, over its rounds (one unless the level was repeated).
+
+    Rates (output tok/s, requests/s, goodput) are each round's count over that round's duration,
+    averaged over rounds: rounds are the independent samples that the 95% confidence half-width
+    of output tok/s comes from (Student t, None with one round), and the level `converged` when
+    that half-width is within `ci_target` of the mean. Percentiles pool every round's successful
+    requests. The TTFT mean's interval takes requests as samples; the ITL mean's takes each
+    request's mean gap as one sample, because gaps within one request share its batch and are
+    not independent. meets_sla: no errors and the p90 figures within the targets.
+    """
+    if gpus < 1:
+        raise ValueError(f"gpus must be >= 1, got {gpus}")
+    rounds = run.round_runs()
+    ok = [r for r in run.results if r.ok]
+    failed = [r for r in run.results if not r.ok]
+    output_tokens = sum(r.output_tokens or 0 for r in ok)
+    ttft = sorted(r.ttft_s for r in ok)
+    itl = sorted(gap for r in ok for gap in r.itl_s)
+    e2e = sorted(r.latency_s for r in ok)
+    speeds = sorted(s for s in map(decode_speed, ok) if s is not None)
+    tpot = sorted(1 / s for s in speeds)
+    round_tok_s = [rnd.output_tok_s for rnd in rounds]
+    output_tok_s, tok_s_ci = mean_ci(round_tok_s)
+    ttft_mean, ttft_ci = mean_ci([r.ttft_s * 1000 for r in ok])
+    itl_mean, itl_ci = mean_ci([math.fsum(r.itl_s) / len(r.itl_s) * 1000
+                                for r in ok if r.itl_s])
+    engine = run.engine if isinstance(run.engine, EngineGauges) else EngineGauges()
+    measurement = LevelMeasurement(
+        concurrency=run.concurrency,
+        requests=len(run.results),
+        errors=len(failed),
+        duration_s=run.duration_s,
+        input_tokens=sum(r.prompt_tokens or 0 for r in ok),
+        output_tokens=output_tokens,
+        request_throughput=_mean_rate(rounds, lambda rs: sum(r.ok for r in rs)),
+        output_tok_s=output_tok_s or 0.0,
+        output_tok_s_per_gpu=(output_tok_s or 0.0) / gpus,
+        ttft_p50_ms=_ms(ttft, 50),
+        ttft_p90_ms=_ms(ttft, 90),
+        ttft_p99_ms=_ms(ttft, 99),
+        itl_p50_ms=_ms(itl, 50),
+        itl_p90_ms=_ms(itl, 90),
+        itl_p99_ms=_ms(itl, 99),
+        tpot_p50_ms=_ms(tpot, 50),
+        tpot_p90_ms=_ms(tpot, 90),
+        e2e_p50_ms=_ms(e2e, 50),
+        e2e_p90_ms=_ms(e2e, 90),
+        tok_s_per_user_p50=_percentile_sorted(speeds, 50),
+        # The speed 90% of requests reach or beat: the 10th percentile.
+        tok_s_per_user_p90=_percentile_sorted(speeds, 10),
+        goodput_rps=_mean_rate(rounds, lambda rs: sum(meets_targets(r, sla) for r in rs)),
+        meets_sla=False,
+        error_sample=failed[0].error if failed else None,
+        request_rate=run.request_rate,
+        rounds=len(rounds),
+        output_tok_s_ci95=tok_s_ci,
+        converged=(None if len(rounds) < 2 or ci_target is None
+                   else converged(round_tok_s, ci_target)),
+        ttft_mean_ms=ttft_mean,
+        ttft_mean_ci95_ms=ttft_ci,
+        itl_mean_ms=itl_mean,
+        itl_mean_ci95_ms=itl_ci,
+        kv_cache_usage_max=engine.kv_cache_usage_max,
+        requests_running_max=engine.requests_running_max,
+        requests_waiting_max=engine.requests_waiting_max,
+        preemptions=engine.preemptions,
+    )
+    # Defined through the constraints so the study's feasibility and meets_sla cannot disagree.
+    violations = sla_violations(measurement, sla).values()
+    measurement.meets_sla = bool(ok) and all(v <= 0 for v in violations)
+    return measurement
+
+
+def _mean_rate(rounds, count) -> float:
+    return math.fsum(_rate(count(rnd.results), rnd.duration_s) for rnd in rounds) / len(rounds)
+
+
+def sla_violations(level: LevelMeasurement, sla: SLA) -> dict[str, float]:
+    """Constraint values for Optuna (<= 0 means satisfied): `errors` always, and one per set target.
+
+    `ttft_p90_ms`: measured p90 minus target, in ms; `tok_s_per_user_p90`: target minus measured.
+    A figure that could not be measured (no successful request) counts as MISSING_VIOLATION.
+    """
+    violations = {"errors": float(level.errors)}
+    if sla.ttft_p90_ms is not None:
+        violations["ttft_p90_ms"] = (
+            MISSING_VIOLATION if level.ttft_p90_ms is None else level.ttft_p90_ms - sla.ttft_p90_ms
+        )
+    if sla.min_tok_s_per_user_p90 is not None:
+        measured = level.tok_s_per_user_p90
+        violations["tok_s_per_user_p90"] = (
+            MISSING_VIOLATION if measured is None else sla.min_tok_s_per_user_p90 - measured
+        )
+    return violations
+
+
+def objective(
+    levels: list[LevelMeasurement],
+) -> tuple[float | None, LevelMeasurement | None, bool]:
+    """The trial's value: the best output tok/s per GPU among levels that meet the SLA.
+
+    Returns (value, that level, True). When no level meets it, (the best value among levels with
+    any successful request, that level, False) so infeasible trials still rank; (None, None, False)
+    when nothing succeeded. Ties go to the earlier level.
+    """
+    feasible = [m for m in levels if m.meets_sla]
+    if feasible:
+        best = max(feasible, key=lambda m: m.output_tok_s_per_gpu)
+        return best.output_tok_s_per_gpu, best, True
+    measured = [m for m in levels if m.requests > m.errors]
+    if measured:
+        best = max(measured, key=lambda m: m.output_tok_s_per_gpu)
+        return best.output_tok_s_per_gpu, best, False
+    return None, None, False

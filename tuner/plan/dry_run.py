@@ -1,0 +1,98 @@
+"""`tuner run --dry-run`: the launch plans a study would use, for any GPU type, nothing started.
+
+Samples from the spec's search space with the spec's sampler in memory (no database, no model
+download, no server) so a user can review the exact argv, environment and files on a laptop.
+The node is the one the spec (or --gpu) names, planned rather than detected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from tuner.search.study import check_space, engine_settings, model_shape
+from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
+from tuner.serve.hardware import Inventory, planned_inventory
+from tuner.spec.gpu_types import GpuType, gpu_type
+from tuner.spec.space import ModelShape, SearchSpace, infeasibility, load_space
+from tuner.spec.study_spec import EngineSpec, StudySpec, resolve_space_path
+
+DEPLOY_PORT = 8000
+
+
+@dataclass
+class OfflineStudy:
+    """A spec resolved for a GPU type and engine without a node or a checkpoint (dry runs, plans):
+    the node is the one the spec (or --gpu) names, planned rather than detected."""
+
+    spec: StudySpec
+    gpu: GpuType
+    adapter: EngineAdapter
+    space: SearchSpace
+    shape: ModelShape
+    inventory: Inventory
+    settings: EngineSettings
+
+    def infeasible(self, config: dict[str, Any]) -> str | None:
+        return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
+                             adapter=self.adapter, gpu=self.gpu, settings=self.settings)
+
+
+def offline_study(spec: StudySpec, spec_path: Path, *, gpu: str | None,
+                  engine: str | None) -> OfflineStudy:
+    if engine and engine != spec.engine.name:
+        # The spec's engine section belongs to its own engine: keep only what is neutral.
+        neutral = {"name": engine, "draft_model": spec.engine.draft_model}
+        spec = spec.model_copy(update={"engine": EngineSpec(**neutral)})
+    gpu_t = gpu_type(gpu or spec.hardware.gpu_type, "--gpu" if gpu else "hardware.gpu_type")
+    adapter = get_adapter(spec.engine.name)
+    space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu_t)
+    check_space(spec, space, adapter)
+    local = Path(spec.model.path).expanduser()
+    shape = model_shape(spec, local if local.exists() else None)
+    settings = engine_settings(spec, spec.engine.executable or adapter.default_executable,
+                               spec.model.path)
+    return OfflineStudy(spec=spec, gpu=gpu_t, adapter=adapter, space=space, shape=shape,
+                        inventory=planned_inventory(gpu_t, spec.hardware.devices),
+                        settings=settings)
+
+
+@dataclass
+class PlannedTrial:
+    number: int
+    params: dict[str, Any]
+    plan: LaunchPlan | None
+    infeasible: str | None
+
+
+def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | None,
+            n_trials: int) -> tuple[str, list[PlannedTrial]]:
+    offline = offline_study(spec, spec_path, gpu=gpu, engine=engine)
+    spec, space, inventory = offline.spec, offline.space, offline.inventory
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=spec.sampler.seed))
+    seen: set[str] = set()
+    planned: list[PlannedTrial] = []
+    for _ in range(n_trials * 50):  # bounded: a small space may have fewer configurations
+        if sum(p.plan is not None for p in planned) >= n_trials:
+            break
+        trial = study.ask()
+        params = space.sample(trial)
+        study.tell(trial, 0.0)
+        key = repr(sorted(params.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        reason = offline.infeasible(params)
+        workdir = (Path(spec.runs_dir) / spec.name / f"trial-{len(planned):04d}").resolve()
+        plan = None if reason else offline.adapter.launch_plan(
+            params, offline.settings, host="0.0.0.0", port=DEPLOY_PORT,  # noqa: S104
+            inventory=inventory, devices=list(inventory.devices), workdir=str(workdir))
+        planned.append(PlannedTrial(len(planned), params, plan, reason))
+    header = (f"dry run of {spec.name}: {spec.engine.name} on {inventory.description}, "
+              f"space {space.name} ({space.size()} configurations); nothing is started")
+    return header, planned

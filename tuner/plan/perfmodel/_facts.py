@@ -1,0 +1,202 @@
+"""The performance model's inputs from data files: model shapes, GPU specs, engine facts, priors
+and fitted factors. Read here, and nowhere else in the model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tuner.spec.errors import BadInput
+from tuner.spec.gpu_types import DATA, GpuType, gpu_types
+from tuner.spec.space import known_shapes
+
+CALIBRATION_FILE = DATA / "perfmodel_calibration.json"
+PUBLISHED_FILE = DATA / "published.csv"
+GB = 1e9
+
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """The served model's shape and precisions (tuner/data/models.yaml)."""
+
+    name: str
+    layers: int
+    sliding_layers: int  # layers that keep only `window` tokens of KV cache
+    window: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    experts_per_token: int
+    intermediate: int  # per-expert MLP width
+    vocab: int
+    expert_bytes: float  # bytes per expert parameter
+    dense_bytes: float  # bytes per other parameter
+
+    @property
+    def attention_params(self) -> int:
+        """One layer's attention projections and router."""
+        q = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        return self.hidden * (q + 2 * kv) + q * self.hidden + self.hidden * self.experts
+
+    @property
+    def expert_params(self) -> int:
+        """One expert of one layer: gate, up and down projections."""
+        return 3 * self.hidden * self.intermediate
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def total_params(self) -> int:
+        per_layer = self.attention_params + self.experts * self.expert_params
+        return self.layers * per_layer + 2 * self.embedding_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token goes through (the LM head, not the embedding lookup)."""
+        per_layer = self.attention_params + self.experts_per_token * self.expert_params
+        return self.layers * per_layer + self.embedding_params
+
+
+def model_facts(name: str) -> ModelFacts:
+    shapes = known_shapes()
+    if name not in shapes:
+        raise BadInput(f"model shape {name!r} is not in tuner/data/models.yaml: the performance "
+                       f"model knows {', '.join(shapes)}")
+    s = shapes[name]
+    missing = [k for k in ("intermediate_size", "sliding_window", "sliding_window_layers",
+                           "expert_bits_per_param", "dense_bits_per_param") if k not in s]
+    if missing:
+        raise BadInput(f"model shape {name} in tuner/data/models.yaml lacks {', '.join(missing)}, "
+                       "which the performance model needs")
+    return ModelFacts(
+        name=name, layers=s["num_hidden_layers"], sliding_layers=s["sliding_window_layers"],
+        window=s["sliding_window"], hidden=s["hidden_size"], heads=s["num_attention_heads"],
+        kv_heads=s["num_key_value_heads"], head_dim=s["head_dim"], experts=s["num_experts"],
+        experts_per_token=s["experts_per_token"], intermediate=s["intermediate_size"],
+        vocab=s["vocab_size"], expert_bytes=s["expert_bits_per_param"] / 8,
+        dense_bytes=s["dense_bits_per_param"] / 8,
+    )
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    name: str
+    memory_fraction_of: str  # "total": weights + activations + KV; "free": KV of what is left
+    moe_backend_default: dict[str, str]  # architecture -> backend name
+    max_batch_size: int
+    max_num_tokens: int
+    moe_kernels: dict[str, str]  # backend name -> kernel family
+
+
+@dataclass(frozen=True)
+class Prior:
+    value: float
+    sigma: float
+    transform: str  # "log" or "logit"
+    about: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    reserved_bytes: float
+    activation_hidden_copies: float
+    logits_bytes: float
+    moe_small_batch_tokens: float
+    engines: dict[str, EngineFacts]
+    kernel_precision: dict[str, dict[str, str]]
+    drafts: dict[str, dict[str, float]]
+    default_draft_len: int
+    priors: dict[str, Prior]
+
+    def engine(self, name: str) -> EngineFacts:
+        if name not in self.engines:
+            raise BadInput(f"the performance model has no facts for engine {name!r} "
+                           f"(tuner/data/perfmodel.yaml covers {', '.join(self.engines)})")
+        return self.engines[name]
+
+
+@cache
+def facts() -> Facts:
+    raw = yaml.safe_load((DATA / "perfmodel.yaml").read_text())
+    engines = {
+        name: EngineFacts(name=name, memory_fraction_of=e["memory_fraction_of"],
+                          moe_backend_default=e["moe_backend_default"],
+                          max_batch_size=e["max_batch_size"], max_num_tokens=e["max_num_tokens"],
+                          moe_kernels=raw["moe_kernels"].get(name, {}))
+        for name, e in raw["engines"].items()
+    }
+    priors = {name: Prior(p["prior"], p["sigma"], p.get("transform", "log"), p["about"])
+              for name, p in raw["factors"].items()}
+    spec = dict(raw["speculative"])
+    default_k = spec.pop("default_draft_len")
+    return Facts(
+        reserved_bytes=raw["memory"]["reserved_gb"] * GB,
+        activation_hidden_copies=raw["memory"]["activation_hidden_copies"],
+        logits_bytes=raw["memory"]["logits_bytes_per_element"],
+        moe_small_batch_tokens=raw["moe"]["small_batch_tokens"], engines=engines,
+        kernel_precision=raw["kernel_precision"], drafts=spec, default_draft_len=default_k,
+        priors=priors,
+    )
+
+
+def gpu_for_model(name: str) -> GpuType:
+    for key, g in gpu_types().items():
+        if key.lower() == name.lower():
+            if g.hbm_tb_s is None or g.bf16_dense_tflops is None:
+                raise BadInput(f"GPU type {g.name} has no bandwidth or FLOPS figures in "
+                               "tuner/data/gpus.csv: the performance model needs them")
+            return g
+    raise BadInput(f"GPU type {name!r} is not in tuner/data/gpus.csv")
+
+
+# ---------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Values of the free factors, and where they came from."""
+
+    factors: dict[str, float]
+    source: str
+    summary: dict[str, Any]
+
+    def __getitem__(self, name: str) -> float:
+        return self.factors.get(name, facts().priors[name].value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": 1, "source": self.source, "factors": self.factors,
+                "summary": self.summary}
+
+
+def prior_calibration() -> Calibration:
+    return Calibration({k: p.value for k, p in facts().priors.items()}, "priors", {})
+
+
+def load_calibration(path: Path | None = None) -> Calibration:
+    """The fitted factors (the shipped file by default); the priors when no file exists yet."""
+    path = path or CALIBRATION_FILE
+    if not path.exists():
+        if path == CALIBRATION_FILE:
+            return prior_calibration()
+        raise BadInput(f"--calibration {path}: no such file")
+    try:
+        raw = json.loads(path.read_text())
+        values = {str(k): float(v) for k, v in raw["factors"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BadInput(f"{path} is not a perfmodel calibration ({e.__class__.__name__}): write "
+                       "one with `tuner plan --calibrate STUDY`") from e
+    unknown = sorted(set(values) - set(facts().priors))
+    if unknown:
+        raise BadInput(f"{path} names unknown factors {unknown}: it is from another tuner version")
+    return Calibration(values, str(raw.get("source", path.name)), raw.get("summary", {}))

@@ -1,0 +1,430 @@
+"""`tuner plan`: the performance model's predictions for every configuration of a search space.
+
+It enumerates the space for one GPU type and engine, applies the engine rules, predicts tok/s per
+GPU, tok/s per user and TTFT at each of the spec's concurrency levels, marks what cannot fit in
+memory and why, and ranks: the study's objective (the best tok/s per GPU among levels predicted to
+meet the SLA) and the Pareto front of tok/s per GPU against tok/s per user. The same ranking feeds a
+study's warm start. Predictions are stored as predictions (source "perfmodel"), never as
+measurements; the model itself stores nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from tuner.plan import perfmodel as pm
+from tuner.serve.hardware import Inventory
+from tuner.spec.errors import BadInput
+from tuner.spec.gpu_types import GpuType
+from tuner.spec.sla import SLA
+from tuner.spec.space import ModelShape, SearchSpace, known_shapes
+from tuner.spec.study_spec import StudySpec
+
+SOURCE = "perfmodel"  # the store's source tag of every prediction
+Check = Callable[[dict[str, Any]], str | None]
+
+
+class PlanTarget(Protocol):
+    """What a plan needs of a study: an OfflineStudy (plans, dry runs) or a StudyContext."""
+
+    spec: StudySpec
+    space: SearchSpace
+    adapter: Any
+    gpu: GpuType
+    shape: ModelShape
+    inventory: Inventory
+
+    def infeasible(self, config: dict[str, Any]) -> str | None: ...
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """The identity of a configuration (as the study loop compares them)."""
+    return repr(sorted(params.items()))
+
+
+def model_for(spec: StudySpec, shape: ModelShape) -> pm.ModelFacts:
+    """The model's facts: the spec's named shape, else the known shape the checkpoint matches."""
+    if spec.model.shape:
+        return pm.model_facts(spec.model.shape)
+    for name, s in known_shapes().items():
+        if (s["num_hidden_layers"], s["hidden_size"], s["num_experts"], s["vocab_size"]) == (
+                shape.num_hidden_layers, shape.hidden_size, shape.num_experts, shape.vocab_size):
+            return pm.model_facts(name)
+    raise BadInput("the performance model needs a model shape it knows: set model.shape in the "
+                   f"spec to one of {', '.join(known_shapes())}")
+
+
+def gpu_for(gpu: GpuType) -> GpuType:
+    if gpu.hbm_tb_s is None or gpu.bf16_dense_tflops is None:
+        raise BadInput(f"the performance model needs a GPU type with datasheet figures in "
+                       f"tuner/data/gpus.csv; {gpu.name} has none: pass --gpu (e.g. H200)")
+    return gpu
+
+
+# ---------------------------------------------------------------- the plan
+
+
+class Point(NamedTuple):
+    config: int  # index into Plan.modeled
+    level: int  # index into Plan.levels
+
+
+@dataclass
+class Plan:
+    name: str
+    engine: str
+    gpu: GpuType
+    space: SearchSpace
+    devices: int
+    levels: list[int]
+    isl: int
+    osl: int
+    sla: SLA
+    calibration: pm.Calibration
+    configs: list[dict[str, Any]]  # every configuration of the space
+    rule_reasons: list[str | None]  # why a configuration breaks an engine rule
+    modeled: list[int]  # indices into configs that pass the rules
+    cases: pm.Cases  # one row per modeled configuration
+    prediction: pm.Prediction  # (modeled, levels)
+
+    @property
+    def meets_sla(self) -> np.ndarray:
+        p = self.prediction
+        ok = p.level_fits.copy()
+        if self.sla.ttft_p90_ms is not None:
+            ok &= p.ttft_ms <= self.sla.ttft_p90_ms
+        if self.sla.min_tok_s_per_user_p90 is not None:
+            ok &= p.tok_s_per_user >= self.sla.min_tok_s_per_user_p90
+        return ok
+
+    @property
+    def objective(self) -> np.ndarray:
+        """Per modeled configuration: the best tok/s per GPU among its levels predicted to meet
+        the SLA (and fit), or 0 where none does: what the study maximizes."""
+        return np.where(self.meets_sla, self.prediction.tok_s_per_gpu, 0.0).max(axis=1)
+
+    def params(self, m: int) -> dict[str, Any]:
+        return self.configs[self.modeled[m]]
+
+    def memory_reason(self, m: int) -> str | None:
+        if self.prediction.config_fits[m, 0]:
+            return None
+        return pm.memory_reason(self.cases, self.prediction, (m, 0), level=False)
+
+    def level_reason(self, m: int, j: int) -> str | None:
+        if self.prediction.level_fits[m, j]:
+            return None
+        if not self.prediction.config_fits[m, 0]:
+            return self.memory_reason(m)
+        return pm.memory_reason(self.cases, self.prediction, (m, j), level=True)
+
+    def ranked(self) -> list[int]:
+        """Modeled configurations that fit, best predicted objective first (stable)."""
+        fits = np.flatnonzero(self.prediction.config_fits[:, 0])
+        order = np.argsort(-self.objective[fits], kind="stable")
+        return [int(i) for i in fits[order]]
+
+    def front(self) -> list[Point]:
+        """The Pareto front of (tok/s per GPU, tok/s per user) over levels that fit."""
+        p = self.prediction
+        m, j = np.nonzero(p.level_fits)
+        x, y = p.tok_s_per_gpu[m, j], p.tok_s_per_user[m, j]
+        order = np.lexsort((-y, -x))
+        out: list[Point] = []
+        best_y = -np.inf
+        for i in order:
+            if y[i] > best_y * (1 + 1e-9):
+                out.append(Point(int(m[i]), int(j[i])))
+                best_y = y[i]
+        return out
+
+    def fit_check(self) -> Check:
+        """A feasibility check: the reason a configuration cannot fit in memory, or None."""
+        reasons = {config_key(self.params(m)): self.memory_reason(m)
+                   for m in np.flatnonzero(~self.prediction.config_fits[:, 0])}
+        return lambda config: reasons.get(config_key(config))
+
+
+@dataclass
+class Screened:
+    """A space's configurations with the engine rules applied (the costly, model-free part)."""
+
+    configs: list[dict[str, Any]]
+    rule_reasons: list[str | None]
+
+
+def screen(target: PlanTarget) -> Screened:
+    configs = target.space.enumerate()
+    return Screened(configs, [target.infeasible(c) for c in configs])
+
+
+def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
+              screened: Screened | None = None) -> Plan:
+    spec = target.spec
+    gpu = gpu_for(target.gpu)
+    model = model_for(spec, target.shape)
+    engine = pm.facts().engine(spec.engine.name)
+    calibration = calibration or pm.load_calibration()
+    screened = screened or screen(target)
+    w = spec.workload
+    configs, reasons = screened.configs, screened.rule_reasons
+    modeled = [i for i, r in enumerate(reasons) if r is None]
+    setups = [pm.setup_of(configs[i], model=model, gpu=gpu, engine=engine,
+                          layout=pm.layout_of(configs[i], target.adapter), isl=w.input_len,
+                          osl=w.output_len) for i in modeled]
+    if not setups:
+        raise BadInput(f"no configuration of search space {target.space.name} passes the engine "
+                       f"rules on {gpu.name}: nothing to plan")
+    cases = pm.stack(setups).column()
+    levels = list(w.concurrency)
+    prediction = pm.predict(cases, np.array(levels, dtype=float)[None, :], calibration)
+    return Plan(name=spec.name, engine=spec.engine.name, gpu=gpu, space=target.space,
+                devices=len(target.inventory.devices), levels=levels, isl=w.input_len,
+                osl=w.output_len, sla=spec.sla.to_sla(), calibration=calibration,
+                configs=configs, rule_reasons=reasons, modeled=modeled, cases=cases,
+                prediction=prediction)
+
+
+# ---------------------------------------------------------------- what `tuner plan` prints
+
+
+def summary_lines(plan: Plan, examples: int = 3) -> list[str]:
+    """Counts, and examples of what cannot fit with the reason (pure; the CLI prints them)."""
+    from tuner.search.study import describe
+
+    p = plan.prediction
+    n_rules = len(plan.configs) - len(plan.modeled)
+    no_fit = np.flatnonzero(~p.config_fits[:, 0])
+    lines = [f"{len(plan.configs):,} configurations: {n_rules:,} break an engine rule, "
+             f"{len(no_fit):,} cannot fit in memory, {len(plan.modeled) - len(no_fit):,} "
+             f"predicted at concurrency {', '.join(map(str, plan.levels))}"]
+    for m in no_fit[:examples]:
+        lines.append(f"  does not fit: {describe(plan.params(m))}\n    {plan.memory_reason(m)}")
+    fits = p.config_fits[:, 0]
+    for j, c in enumerate(plan.levels):
+        short = np.flatnonzero(fits & ~p.level_fits[:, j])
+        if len(short):
+            m = int(short[0])
+            lines.append(f"  at c={c}, {len(short):,} configurations do not fit, e.g. "
+                         f"{describe(plan.params(m))}\n    {plan.level_reason(m, j)}")
+    lines.append(f"{int(plan.meets_sla.any(axis=1).sum()):,} configurations are predicted to "
+                 f"meet the SLA at some level")
+    return lines
+
+
+def _point(plan: Plan, m: int, j: int) -> dict[str, Any]:
+    from tuner.search.study import describe
+
+    p = plan.prediction
+    return {"config": describe(plan.params(m)), "c": plan.levels[j],
+            "tok/s/GPU": float(p.tok_s_per_gpu[m, j]), "tok/s/user": float(p.tok_s_per_user[m, j]),
+            "TTFT ms": float(p.ttft_ms[m, j]), "SLA": "met" if plan.meets_sla[m, j] else "missed"}
+
+
+def front_frame(plan: Plan) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame([_point(plan, m, j) for m, j in plan.front()])
+
+
+def top_frame(plan: Plan, n: int) -> Any:
+    """The n best configurations by the study's objective, each at its best level; of
+    configurations with identical predictions, only the first."""
+    import pandas as pd
+
+    rows = []
+    for m in top_distinct(plan, n):
+        ok = plan.meets_sla[m]
+        values = np.where(ok, plan.prediction.tok_s_per_gpu[m], -1.0)
+        if not ok.any():
+            break
+        rows.append(_point(plan, m, int(np.argmax(values))))
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- rows: export and store
+
+
+def level_row(plan: Plan, m: int, j: int) -> dict[str, Any]:
+    p = plan.prediction
+    return {
+        "concurrency": plan.levels[j],
+        "fits": bool(p.level_fits[m, j]),
+        "output_tok_s_per_gpu": round(float(p.tok_s_per_gpu[m, j]), 1),
+        "tok_s_per_user": round(float(p.tok_s_per_user[m, j]), 1),
+        "ttft_ms": round(float(p.ttft_ms[m, j]), 1),
+        "meets_sla": bool(plan.meets_sla[m, j]),
+        "reason": plan.level_reason(m, j),
+    }
+
+
+def plan_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Every configuration: one row per level when modeled, one row with the rule otherwise."""
+    modeled = {i: m for m, i in enumerate(plan.modeled)}
+    rows = []
+    for i, params in enumerate(plan.configs):
+        if i not in modeled:
+            rows.append({"params": params, "concurrency": None, "fits": False,
+                         "output_tok_s_per_gpu": None, "tok_s_per_user": None, "ttft_ms": None,
+                         "meets_sla": False, "reason": plan.rule_reasons[i]})
+            continue
+        rows.extend({"params": params, **level_row(plan, modeled[i], j)}
+                    for j in range(len(plan.levels)))
+    return rows
+
+
+def export(plan: Plan, path: Path) -> int:
+    """Write the plan as CSV (one column per parameter) or JSON; returns the rows written."""
+    rows = plan_rows(plan)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".json"):
+        raise BadInput(f"--export {path}: give a .csv or .json file name")
+    if not path.parent.is_dir():
+        raise BadInput(f"--export {path}: directory {path.parent} does not exist")
+    if suffix == ".json":
+        doc = {"schema_version": 1, "source": SOURCE, "study": plan.name, "engine": plan.engine,
+               "gpu_type": plan.gpu.name, "devices": plan.devices,
+               "workload": {"input_len": plan.isl, "output_len": plan.osl,
+                            "concurrency": plan.levels},
+               "calibration": plan.calibration.source, "rows": rows}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        return len(rows)
+    names = list(plan.space.parameters)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([*names, "concurrency", "fits", "output_tok_s_per_gpu",
+                         "tok_s_per_user", "ttft_ms", "meets_sla", "reason"])
+        for r in rows:
+            writer.writerow([r["params"].get(n, "") for n in names]
+                            + ["" if r[k] is None else r[k] for k in (
+                                "concurrency", "fits", "output_tok_s_per_gpu",
+                                "tok_s_per_user", "ttft_ms", "meets_sla", "reason")])
+    return len(rows)
+
+
+def stored_rows(plan: Plan, modeled: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Rows for Store.save_predictions: every level of the given modeled configurations."""
+    picked = range(len(plan.modeled)) if modeled is None else modeled
+    return [{"params": plan.params(m), "config_key": key_digest(plan.params(m)),
+             **level_row(plan, m, j)} for m in picked for j in range(len(plan.levels))]
+
+
+def key_digest(params: dict[str, Any]) -> str:
+    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(text.encode()).hexdigest()  # an identity, not a secret
+
+
+def save(plan: Plan, store: Any, study_name: str,
+         modeled: Sequence[int] | None = None) -> int:
+    """Store the plan's predictions (all, or these configurations) under source "perfmodel"."""
+    rows = stored_rows(plan, modeled)
+    store.save_predictions(study_name, rows, source=SOURCE, engine=plan.engine,
+                           gpu_type=plan.gpu.name, calibration=plan.calibration.source,
+                           replace_all=modeled is None)
+    return len(rows)
+
+
+# ---------------------------------------------------------------- warm start
+
+
+def warm_start(target: PlanTarget, study: Any, k: int, *, done: set[str], store: Any,
+               study_name: str, checks: list[Check]) -> list[dict[str, Any]]:
+    """Enqueue the model's top k configurations that fit (not yet tried) as the study's next
+    trials; add the model's memory check to `checks`; store those predictions. Returns them."""
+    plan = make_plan(target)
+    checks.append(plan.fit_check())
+    picked = top_distinct(plan, k, skip=done)
+    for m in picked:
+        study.enqueue_trial(plan.params(m), skip_if_exists=True)
+    if picked:
+        save(plan, store, study_name, picked)
+    return [plan.params(m) for m in picked]
+
+
+def top_distinct(plan: Plan, k: int, skip: Collection[str] = ()) -> list[int]:
+    """The k best configurations by predicted objective, skipping those whose predictions equal
+    one already picked (the model cannot tell them apart: one trial speaks for them all)."""
+    seen: set[tuple[float, ...]] = set()
+    picked: list[int] = []
+    p = plan.prediction
+    for m in plan.ranked():
+        if len(picked) >= k:
+            break
+        if config_key(plan.params(m)) in skip:
+            continue
+        signature = tuple(np.round(np.concatenate([p.tok_s_per_gpu[m], p.tok_s_per_user[m]]), 3))
+        if signature in seen:
+            continue
+        seen.add(signature)
+        picked.append(m)
+    return picked
+
+
+# ---------------------------------------------------------------- refitting to a study
+
+
+@dataclass
+class Refit:
+    calibration: pm.Calibration
+    observations: list[pm.Observation]
+    before: np.ndarray  # relative errors with the calibration it started from
+    after: np.ndarray
+
+
+def study_observations(study: Any, trials: Sequence[Any]) -> list[pm.Observation]:
+    """A stored study's measured levels as observations: tok/s per GPU and the median decode
+    speed per user at each level of every complete trial."""
+    from tuner.serve.engines import get_adapter
+    from tuner.spec.gpu_types import gpu_type
+
+    spec = StudySpec.model_validate(study.spec)
+    if not spec.model.shape:
+        raise BadInput(f"study {study.name}: its spec names no model.shape, so the performance "
+                       f"model cannot tell which model it measured (one of "
+                       f"{', '.join(known_shapes())})")
+    model = pm.model_facts(spec.model.shape)
+    gpu = gpu_for(gpu_type(study.gpu_type))
+    engine = pm.facts().engine(study.engine)
+    adapter = get_adapter(study.engine)
+    w = spec.workload
+    out = []
+    for t in trials:
+        if t.state != "complete":
+            continue
+        setup = pm.setup_of(t.params, model=model, gpu=gpu, engine=engine,
+                            layout=pm.layout_of(t.params, adapter), isl=w.input_len,
+                            osl=w.output_len)
+        for m in t.measurements:
+            if m.requests <= m.errors or m.output_tok_s_per_gpu <= 0:
+                continue
+            out.append(pm.Observation(setup, m.concurrency, "output_tok_s_per_gpu",
+                                      m.output_tok_s_per_gpu))
+            if m.tok_s_per_user_p50:
+                out.append(pm.Observation(setup, m.concurrency, "output_tok_s_per_user",
+                                          m.tok_s_per_user_p50))
+    return out
+
+
+def refit(obs: Sequence[pm.Observation], start: pm.Calibration, source: str) -> Refit:
+    """Refit the factors to a study's observations, the current calibration as the prior."""
+    if not obs:
+        raise BadInput("the study has no complete trial with measurements to calibrate on")
+    fitted = pm.fit(obs, start, source=source, prior=start)
+    before, after = pm.errors(obs, start), pm.errors(obs, fitted)
+    summary = {"observations": len(obs), "started_from": start.source,
+               "median_abs_error_before": round(float(np.median(np.abs(before))), 4),
+               "median_abs_error_after": round(float(np.median(np.abs(after))), 4)}
+    factors = {k: round(v, 6) for k, v in fitted.factors.items()}
+    return Refit(pm.Calibration(factors, source, summary), list(obs), before, after)
+
+
+def write_calibration(calibration: pm.Calibration, path: Path) -> None:
+    path.write_text(json.dumps(calibration.to_json(), indent=1) + "\n")

@@ -1,0 +1,330 @@
+"""The winning configuration as files a deploy pipeline runs as-is.
+
+Exports are derived from stored trials alone (the stored spec and the trial's parameters), so any
+past study can be exported again later. The JSON record is versioned: a released field is never
+renamed; new fields may be added with a new schema_version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+import tuner
+from tuner import DATA_DIR
+from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
+from tuner.serve.hardware import Inventory
+from tuner.spec.errors import BadInput, NoResult
+from tuner.store.repository import StudyRecord, TrialRecord
+
+# 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
+SCHEMA_VERSION = 2
+GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
+SCHEMA_FILE = DATA_DIR / "export.schema.json"
+DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineInfo(_Model):
+    name: str
+    version: str | None
+
+
+class HardwareInfo(_Model):
+    gpu_type: str
+    gpus: int
+    description: str | None
+    host: str | None
+
+
+class ObjectiveInfo(_Model):
+    metric: str
+    value: float
+    meets_sla: bool
+    concurrency: int | None
+
+
+class LaunchInfo(_Model):
+    command: list[str]
+    shell: str  # the same command with its environment, for a shell
+    env: dict[str, str]
+    config_file: str | None  # None where the command line is the whole configuration (SGLang)
+    config: dict[str, Any]
+
+
+class Provenance(_Model):
+    tuner_version: str
+    study: str
+    trial: int
+    measured_at: str | None
+    exported_at: str
+
+
+class ConfirmationInfo(_Model):
+    """The trial measured again in a fresh server (`tuner confirm`), beside its first run."""
+
+    state: Literal["confirmed", "differs", "failed"]
+    value: float | None  # the objective measured again
+    meets_sla: bool | None
+    reason: str | None  # why it differs or failed
+    measured_at: str | None
+    measurements: list[dict[str, Any]]
+
+
+class ExportRecord(_Model):
+    schema_version: Literal[2] = SCHEMA_VERSION
+    study: str
+    trial: int
+    engine: EngineInfo
+    model: str
+    hardware: HardwareInfo
+    parameters: dict[str, Any]
+    objective: ObjectiveInfo
+    workload: dict[str, Any]
+    sla: dict[str, Any]
+    measurements: list[dict[str, Any]]  # the first run
+    confirmation: ConfirmationInfo | None  # None: never confirmed
+    launch: LaunchInfo
+    provenance: Provenance
+
+
+def best_trial(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
+    """The winner: the best confirmed trial, by the objective of its confirmation, among those
+    whose confirmation met the SLA; before any confirmation, the complete trial with the highest
+    objective among those that met the SLA (`is_confirmed` tells which)."""
+    confirmed = [t for t in trials if is_confirmed(t)]
+    if confirmed:
+        return max(confirmed, key=lambda t: t.confirm_objective)
+    ok = [t for t in trials if t.state == "complete" and t.meets_sla and t.objective is not None]
+    if not ok:
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        seen = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+        raise NoResult(
+            f"study {study.name} has no trial that met the SLA ({seen}): relax the spec's sla, "
+            "widen the search space or run more trials; `tuner status` lists them"
+        )
+    return max(ok, key=lambda t: t.objective)
+
+
+def is_confirmed(trial: TrialRecord) -> bool:
+    """Re-run in a fresh server and met the SLA again (within its interval or not)."""
+    return (trial.confirm_state in ("confirmed", "differs") and bool(trial.confirm_meets_sla)
+            and trial.confirm_objective is not None)
+
+
+def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
+    if trial.confirm_state is None:
+        return None
+    return ConfirmationInfo(
+        state=trial.confirm_state, value=trial.confirm_objective,
+        meets_sla=trial.confirm_meets_sla, reason=trial.confirm_reason,
+        measured_at=trial.confirmed_at.isoformat() if trial.confirmed_at else None,
+        measurements=[m.to_dict() for m in trial.confirmation])
+
+
+def _settings(study: StudyRecord) -> EngineSettings:
+    engine = study.spec["engine"]
+    executable = engine.get("executable") or get_adapter(study.engine).default_executable
+    return EngineSettings(executable=executable, model=study.model,
+                          args=dict(engine.get("args", {})), env=dict(engine.get("env", {})),
+                          draft_model=engine.get("draft_model"), container=engine.get("container"))
+
+
+def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
+                 workdir: str | None = None) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
+    adapter = get_adapter(study.engine)
+    hw = trial.hardware or {}
+    inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
+                          devices=tuple(range(trial.gpus or 1)),
+                          description=hw.get("description", ""), host=hw.get("host", ""))
+    plan = adapter.launch_plan(trial.params, _settings(study), host=DEPLOY_HOST,
+                               port=DEPLOY_PORT, inventory=inventory,
+                               devices=list(range(trial.gpus or 1)), workdir=workdir)
+    command = adapter.launch_command(plan, config_dir)
+    import yaml
+
+    config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
+    best = max((m for m in trial.measurements if m.meets_sla),
+               key=lambda m: m.output_tok_s_per_gpu, default=None)
+    spec = study.spec
+    return ExportRecord(
+        study=study.name, trial=trial.number,
+        engine=EngineInfo(name=study.engine, version=trial.engine_version),
+        model=study.model,
+        hardware=HardwareInfo(gpu_type=study.gpu_type, gpus=trial.gpus or 1,
+                              description=hw.get("description"), host=hw.get("host")),
+        parameters=trial.params,
+        objective=ObjectiveInfo(metric=spec["objective"]["metric"], value=trial.objective,
+                                meets_sla=bool(trial.meets_sla),
+                                concurrency=best.concurrency if best else None),
+        workload=spec["workload"], sla=spec["sla"],
+        measurements=[m.to_dict() for m in trial.measurements],
+        confirmation=_confirmation(trial),
+        launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
+                          config_file=config_file, config=yaml.safe_load(config_text)),
+        provenance=Provenance(
+            tuner_version=tuner.__version__, study=study.name, trial=trial.number,
+            measured_at=trial.finished_at.isoformat() if trial.finished_at else None,
+            exported_at=datetime.now(timezone.utc).isoformat(),
+        ),
+    ), plan.files, plan
+
+
+def shell_command(argv: list[str], env: dict[str, str], prefix: str = "") -> str:
+    """The command with its environment as shell words (`prefix` goes before the assignments)."""
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return (prefix + assigns + " " if assigns else "") + shlex.join(argv)
+
+
+def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
+                 formats: tuple[str, ...] | None = None) -> list[Path]:
+    """Write the chosen formats into out_dir; returns the files written."""
+    formats = formats or default_formats(study)
+    allowed = (study.engine, *GENERIC_FORMATS)
+    for f in formats:
+        if f not in allowed:
+            raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
+                           f"use one of {', '.join(allowed)}")
+    record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()))
+    check_invariants(record, get_adapter(study.engine))
+    k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if study.engine in formats:
+        for name, content in files.items():
+            written.append(_write(out_dir / name, content))
+        script = (
+            "#!/usr/bin/env bash\n"
+            f"# tuner {tuner.__version__}: study {study.name}, trial {trial.number}, "
+            f"{record.objective.value:,.0f} {record.objective.metric}\n"
+            "set -euo pipefail\n"
+            'cd "$(dirname "$0")"\n'
+            f"exec {shell_command(record.launch.command, record.launch.env, prefix='env ')} "
+            '"$@"\n'
+        )
+        path = _write(out_dir / "launch.sh", script)
+        path.chmod(0o755)
+        written.append(path)
+    if "json" in formats:
+        written.append(_write(out_dir / "best.json", record.model_dump_json(indent=2) + "\n"))
+    if k8s_text is not None:
+        written.append(_write(out_dir / "k8s.yaml", k8s_text))
+    return written
+
+
+def default_formats(study: StudyRecord) -> tuple[str, ...]:
+    return (study.engine, "json")
+
+
+def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
+         plan: LaunchPlan) -> str:
+    from tuner.report import k8s
+
+    container = study.spec.get("engine", {}).get("container")
+    try:
+        image = k8s.image_for(study.engine, record.engine.version, container)
+    except ValueError as e:
+        raise BadInput(f"--format k8s: {e}") from e
+    adapter = get_adapter(study.engine)
+    command = adapter.launch_command(plan, k8s.CONFIG_DIR)
+    return k8s.dump(k8s.manifests(
+        study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
+        gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,
+        image=image, health_path=plan.health_path))
+
+
+def check_invariants(record: ExportRecord, adapter) -> None:
+    """An export a deploy would trip on is refused before any file is written."""
+    params, config = record.parameters, record.launch.config
+    problems = []
+    world = adapter.world_size(params)
+    if world != record.hardware.gpus:
+        problems.append(f"the parallel sizes need {world} GPUs, the record says "
+                        f"{record.hardware.gpus}")
+    if params.get("speculative_method") == "eagle3" and not _draft_model(config):
+        problems.append("a draft length without a draft model")
+    batch = params.get("max_batch_size")
+    for where, sizes in _cuda_graph_sizes(config):
+        if sizes != sorted(set(sizes)):
+            problems.append(f"{where} must be sorted and unique, got {sizes}")
+        if batch is not None and any(s > batch for s in sizes):
+            problems.append(f"{where} {sizes} goes above the max batch size {batch}")
+    if problems:
+        raise BadInput(f"export of trial {record.trial} refused: " + "; ".join(problems))
+
+
+def _draft_model(config: dict[str, Any]) -> str | None:
+    for key in ("speculative-config", "speculative_config"):
+        spec = config.get(key) or {}
+        for name in ("model", "speculative_model", "speculative_model_dir"):
+            if spec.get(name):
+                return spec[name]
+    return config.get("speculative-draft-model-path")
+
+
+def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """Every CUDA-graph batch-size list or cap in an engine config, as lists."""
+    found = []
+    for key in ("cudagraph-capture-sizes", "cuda-graph-bs"):
+        if isinstance(config.get(key), list):
+            found.append((key, config[key]))
+    for key in ("max-cudagraph-capture-size",):
+        if isinstance(config.get(key), int):
+            found.append((key, [config[key]]))
+    graphs = config.get("cuda_graph_config") or {}
+    if isinstance(graphs.get("batch_sizes"), list):
+        found.append(("cuda_graph_config.batch_sizes", graphs["batch_sizes"]))
+    if isinstance(graphs.get("max_batch_size"), int):
+        found.append(("cuda_graph_config.max_batch_size", [graphs["max_batch_size"]]))
+    return found
+
+
+def _write(path: Path, content: str) -> Path:
+    # Write to a temporary name and rename, so a reader never sees half a file.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(content)
+    os.replace(tmp, path)
+    return path
+
+
+def json_schema() -> dict[str, Any]:
+    """The export record's JSON Schema (shipped as tuner/data/export.schema.json)."""
+    schema = ExportRecord.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = f"https://tuner.invalid/export-v{SCHEMA_VERSION}.schema.json"
+    return schema
+
+
+if __name__ == "__main__":  # regenerate the shipped schema: python -m tuner.export
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
+
+
+WORKERS_FORMAT = "k8s-workers"
+
+
+def write_workers_job(study: StudyRecord, out_dir: Path, *, workers: int, image: str | None,
+                      secret: str) -> Path:
+    """`k8s-workers.yaml`: a Job of N `tuner worker` pods on the shared study. It needs no
+    finished trial; the storage URL stays in the Secret it names."""
+    from tuner.report import k8s
+
+    if not image:
+        raise BadInput(f"--format {WORKERS_FORMAT} needs --image: a container image with tuner "
+                       f"and {study.engine} installed, and the study's model at "
+                       f"{study.spec['model']['path']} (or a spec that generates it)")
+    job = k8s.workers_job(study=study.name, workers=workers, image=image,
+                          gpu_type=study.gpu_type, devices=study.spec["hardware"].get("devices"),
+                          secret=secret)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _write(out_dir / "k8s-workers.yaml", k8s.secret_howto(secret) + k8s.dump([job]))

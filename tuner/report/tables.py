@@ -1,0 +1,70 @@
+"""Tables of studies and trials, shaped as pandas frames (pure functions; the CLI only prints)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tuner.store.records import LevelMeasurement
+from tuner.store.repository import StudyRecord, TrialRecord
+
+
+def _params_text(params: dict) -> str:
+    from tuner.spec.space import describe
+
+    return describe(params)
+
+
+def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
+    rows = []
+    for t in trials:
+        rows.append({
+            "trial": t.number,
+            "state": t.state,
+            "config": _params_text(t.params),
+            "tok/s/GPU": t.objective,
+            "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
+            "gpus": t.gpus,
+            "reason": (f"{t.failure_kind}: {t.failure_reason}" if t.failure_kind else None),
+        })
+    # object dtype keeps ints as ints and None as None (no float coercion for display)
+    return pd.DataFrame(rows, columns=["trial", "state", "config", "tok/s/GPU", "SLA", "gpus",
+                                       "reason"], dtype=object)
+
+
+def state_counts(trials: list[TrialRecord]) -> dict[str, int]:
+    counts = {"complete": 0, "failed": 0, "infeasible": 0, "running": 0}
+    for t in trials:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    return counts
+
+
+def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
+    rows = []
+    for s in studies:
+        trials = trials_of(s.name)
+        ok = [t.objective for t in trials if t.meets_sla and t.objective is not None]
+        rows.append({"study": s.name, "engine": s.engine, "gpu type": s.gpu_type,
+                     **state_counts(trials), "best tok/s/GPU": max(ok) if ok else None,
+                     "created": s.created_at.strftime("%Y-%m-%d %H:%M")})
+    return pd.DataFrame(rows)
+
+
+def confidence_text(m) -> str | None:
+    """How far a level's throughput can be trusted, for tables: `±3.1%` (the 95% half-width as
+    a fraction of the mean), marked NOT CONVERGED when the rounds ran out before the target;
+    None for a single measurement."""
+    if m.output_tok_s_ci95 is None or not m.output_tok_s:
+        return None
+    text = f"±{m.output_tok_s_ci95 / m.output_tok_s:.1%}"
+    return text if m.converged is not False else f"{text} NOT CONVERGED"
+
+
+def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:
+    """One row per level. `rate` is the offered requests/s of an open-loop level (None: closed
+    loop at `concurrency`); `tok/s 95%` is `confidence_text`."""
+    cols = ["concurrency", "request_rate", "requests", "errors", "rounds", "output_tok_s",
+            "output_tok_s_per_gpu", "tok/s 95%", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms",
+            "tok_s_per_user_p50", "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
+    rows = [{c: confidence_text(m) if c == "tok/s 95%" else getattr(m, c) for c in cols}
+            for m in levels]
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,128 @@
+"""vLLM: `vllm serve MODEL --config config.yaml`, one code path for the CUDA and the CPU builds.
+
+The trial's searched parameters and the study's fixed engine args go into one YAML config file
+(keys are vLLM's long flag names; nested mappings become JSON, as vLLM's own loader does), and
+only host and port stay on the command line. That file is what gets exported: a deploy runs the
+very configuration that was measured. Flags as of vLLM 0.32.0 (checked against its own argument
+parser in tests/test_vllm_adapter.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.serve.engines.base import EngineSettings, LaunchPlan, backend_infeasibility
+from tuner.serve.hardware import Inventory, split_devices
+
+CONFIG_FILE = "config.yaml"
+
+# Canonical parameter -> vLLM flag (without dashes). Speculation is assembled separately.
+FLAGS = {
+    "tensor_parallel_size": "tensor-parallel-size",
+    "data_parallel_size": "data-parallel-size",
+    "enable_expert_parallel": "enable-expert-parallel",
+    "moe_backend": "moe-backend",
+    "max_batch_size": "max-num-seqs",
+    "max_num_tokens": "max-num-batched-tokens",
+    "kv_cache_dtype": "kv-cache-dtype",
+    "gpu_memory_fraction": "gpu-memory-utilization",
+}
+SPECULATIVE = ("speculative_method", "num_speculative_tokens", "prompt_lookup_max")
+
+
+class VllmAdapter:
+    name = "vllm"
+    default_executable = "vllm"
+    supported_parameters = frozenset(FLAGS) | frozenset(SPECULATIVE)
+
+    def world_size(self, config: dict[str, Any]) -> int:
+        return int(config.get("tensor_parallel_size", 1)) * int(config.get("data_parallel_size", 1))
+
+    def expert_parallel_width(self, config: dict[str, Any]) -> int:
+        # A switch: the experts are spread over every TP x DP rank ("DEP2" = DP2 + EP).
+        return self.world_size(config) if config.get("enable_expert_parallel") else 1
+
+    def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
+        if config.get("speculative_method") == "eagle3" and not settings.draft_model:
+            return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
+        if gpu.arch != "cpu":
+            return backend_infeasibility(self.name, config.get("moe_backend"), gpu.arch)
+        if config.get("moe_backend"):
+            return "vLLM's CPU build has one MoE kernel: moe_backend is for GPUs"
+        return None
+
+    def engine_config(self, config: dict[str, Any], settings: EngineSettings,
+                      gpu_kind: str = "cpu") -> dict[str, Any]:
+        """The YAML for `vllm serve --config`: fixed args first, then the trial's parameters."""
+        out: dict[str, Any] = dict(settings.args)
+        for canonical, flag in FLAGS.items():
+            if canonical in config:
+                out[flag] = config[canonical]
+        spec = speculative_config(config, settings.draft_model)
+        if spec is not None:
+            out["speculative-config"] = spec
+        if gpu_kind == "gpu" and "max_batch_size" in config and not out.get("enforce-eager"):
+            # Capture CUDA graphs up to the batch limit and no further (vLLM builds the ladder).
+            out.setdefault("max-cudagraph-capture-size", int(config["max_batch_size"]))
+        return out
+
+    def placement_env(self, config: dict[str, Any], inventory: Inventory, devices: list[int]):
+        world = self.world_size(config)
+        if inventory.kind == "gpu":
+            return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
+        if world > 1 or len(devices) < max(len(inventory.devices), inventory.node_devices or 0):
+            # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank:
+            # without it, TP > 1 fails with "Not enough allowed NUMA nodes", and a trial sharing
+            # the node with another must stay on its own cores.
+            groups = split_devices(devices, world)
+            return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
+        return {}
+
+    def launch_plan(
+        self,
+        config: dict[str, Any],
+        settings: EngineSettings,
+        *,
+        host: str,
+        port: int,
+        inventory: Inventory,
+        devices: list[int],
+        workdir: str | None = None,
+    ) -> LaunchPlan:
+        import yaml
+
+        engine_config = self.engine_config(config, settings, inventory.kind)
+        files = {CONFIG_FILE: yaml.safe_dump(engine_config, sort_keys=False)}
+        argv = [settings.executable, "serve", settings.model, "--config", CONFIG_FILE,
+                "--host", host, "--port", str(port)]
+        env = {**settings.env, **self.placement_env(config, inventory, devices)}
+        return LaunchPlan(
+            engine=self.name, argv=argv, env=env, files=files, host=host, port=port,
+            model=settings.model, gpus=self.world_size(config),
+        )
+
+    def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        argv = list(plan.argv)
+        argv[argv.index("--config") + 1] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
+        return argv
+
+
+def speculative_config(config: dict[str, Any], draft_model: str | None) -> dict[str, Any] | None:
+    method = config.get("speculative_method", "none")
+    if method in (None, "none"):
+        return None
+    out: dict[str, Any] = {"method": method}
+    if method == "eagle3":
+        out["model"] = draft_model
+        out["draft_tensor_parallel_size"] = 1
+    if "num_speculative_tokens" in config:
+        out["num_speculative_tokens"] = int(config["num_speculative_tokens"])
+    if "prompt_lookup_max" in config:
+        out["prompt_lookup_max"] = int(config["prompt_lookup_max"])
+    return out
+
+
+def _core_range(cores: list[int]) -> str:
+    if cores == list(range(cores[0], cores[-1] + 1)) and len(cores) > 1:
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))

@@ -1,0 +1,100 @@
+"""What the trials run on: the node's devices, as a type and a list of device ids.
+
+On a CPU node the devices are the CPU cores this process may use, and the type is `cpu`. On a
+GPU node they are the GPUs NVML reports of the spec's type (tuner/gpus.py).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from dataclasses import asdict, dataclass
+
+from tuner.spec.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Inventory:
+    kind: str  # "cpu" (or "gpu", once NVML inventory exists)
+    type: str  # the spec's hardware.gpu_type it satisfies
+    devices: tuple[int, ...]
+    description: str
+    host: str
+    # Devices of the whole node where this inventory is a worker's share of it (`--devices`):
+    # a trial on fewer than all of them is pinned to its own (the CPU build's core binding).
+    node_devices: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def cpu_inventory() -> Inventory:
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    return Inventory(
+        kind="cpu",
+        type="cpu",
+        devices=cores,
+        description=f"{len(cores)} CPU cores ({platform.processor() or platform.machine()})",
+        host=socket.gethostname(),
+    )
+
+
+def gpu_node_inventory(gpu_type: str, nvml=None) -> Inventory:
+    """This node's GPUs of the spec's type (NVML), or a one-line reason they cannot be used."""
+    from tuner.serve.nvml import NvmlUnavailable, read_gpus
+
+    try:
+        found = read_gpus(nvml)
+    except NvmlUnavailable as e:
+        raise BadInput(f"hardware.gpu_type {gpu_type} needs NVIDIA GPUs: {e}") from e
+    matching = [g for g in found.gpus if g.type and g.type.lower() == gpu_type.lower()]
+    if not matching:
+        have = ", ".join(sorted({f"{g.name}" for g in found.gpus})) or "no GPUs"
+        raise BadInput(f"hardware.gpu_type {gpu_type}: this node has {have}; set gpu_type to "
+                       "the node's GPU type or run on a node of that type")
+    return Inventory(kind="gpu", type=matching[0].type, devices=tuple(g.index for g in matching),
+                     description=f"{len(matching)} x {matching[0].name}, driver {found.driver}",
+                     host=found.host)
+
+
+def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
+    """The inventory for the spec's hardware section, or a one-line reason it cannot be had."""
+    inv = cpu_inventory() if gpu_type.lower() == "cpu" else gpu_node_inventory(gpu_type, nvml)
+    if devices is not None:
+        if devices > len(inv.devices):
+            unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
+            raise BadInput(
+                f"hardware.devices {devices}: this node has only {len(inv.devices)} usable "
+                f"{unit}: lower it or leave it out"
+            )
+        inv = Inventory(inv.kind, inv.type, inv.devices[:devices], inv.description, inv.host)
+    return inv
+
+
+def planned_inventory(gpu, devices: int | None) -> Inventory:
+    """A node of the given GPU type as a plan describes it (dry runs): stated, not detected."""
+    n = devices or (8 if gpu.arch != "cpu" else len(cpu_inventory().devices))
+    kind = "cpu" if gpu.arch == "cpu" else "gpu"
+    return Inventory(kind=kind, type=gpu.name, devices=tuple(range(n)),
+                     description=f"{n} x {gpu.name} (planned)", host="planned")
+
+
+def split_devices(devices: list[int], parts: int) -> list[list[int]]:
+    """Split device ids into `parts` contiguous groups of equal size (the remainder unused)."""
+    per = len(devices) // parts
+    return [devices[i * per : (i + 1) * per] for i in range(parts)]
+
+
+def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:
+    """The inventory narrowed to the devices this worker owns (`tuner worker --devices`), so
+    several workers on one node never share a GPU (or, on a CPU node, a core)."""
+    unknown = sorted(set(ids) - set(inv.devices))
+    if unknown:
+        unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
+        raise BadInput(f"--devices {','.join(map(str, ids))}: {unknown} are not among this "
+                       f"node's usable {unit} {list(inv.devices)}")
+    if len(set(ids)) != len(ids):
+        raise BadInput(f"--devices {','.join(map(str, ids))}: a device is listed twice")
+    return Inventory(inv.kind, inv.type, tuple(ids), f"devices {ids} of {inv.description}",
+                     inv.host, node_devices=len(inv.devices))

@@ -1,0 +1,322 @@
+"""Declared search spaces: parameters with domains, conditions, and feasibility rules.
+
+A space file (search_spaces/*.yaml) declares, per engine, parameters under tuner's canonical
+names (below; each engine adapter maps them to its own flags). A domain is a list of values, or
+a mapping from GPU type or architecture to a list, so one file serves Hopper and Blackwell: a
+parameter whose mapping has no entry for the study's GPU does not exist there (e.g. a MoE kernel
+only on the architectures that have it). A parameter with `when` exists only when the parameters
+it names (declared earlier) have the given values, so Optuna's define-by-run sampling never
+suggests, say, a draft length without speculation.
+
+Feasibility rules run before any launch: an infeasible sample costs no server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tuner import DATA_DIR
+from tuner.spec.errors import BadInput
+from tuner.spec.gpu_types import GpuType
+from tuner.spec.yamlio import load_model, read_yaml
+
+# Canonical trial parameters: engine-neutral names the adapters map to flags.
+CANONICAL_PARAMETERS = {
+    "tensor_parallel_size": "degree of tensor parallelism (the GPUs of one server for TRT-LLM)",
+    "data_parallel_size": "vLLM data-parallel ranks (attention DP when experts are parallel)",
+    "enable_expert_parallel": "vLLM: spread MoE experts over the TP x DP ranks",
+    "expert_parallel_size": "TRT-LLM / SGLang: ranks the MoE experts are spread over",
+    "enable_attention_dp": "TRT-LLM: attention data-parallel across the ranks (DEP)",
+    "moe_backend": "the MoE kernel family",
+    "max_batch_size": "most sequences in a batch (vLLM max-num-seqs)",
+    "max_num_tokens": "most tokens in one scheduler step (vLLM max-num-batched-tokens)",
+    "kv_cache_dtype": "KV-cache element type (auto, fp8)",
+    "gpu_memory_fraction": "share of GPU memory for weights + KV (vLLM) or for KV (TRT-LLM)",
+    "speculative_method": "none, ngram (model-free) or eagle3 (draft model from the spec)",
+    "num_speculative_tokens": "draft length of speculative decoding",
+    "prompt_lookup_max": "n-gram speculation: longest n-gram looked up in the prompt",
+}
+
+# Short names for one-line descriptions of a configuration (CLI tables, dashboard).
+SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
+               "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
+               "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
+               "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
+               "speculative_method": "spec", "num_speculative_tokens": "draft",
+               "prompt_lookup_max": "lookup"}
+
+
+def describe(params: dict[str, Any]) -> str:
+    """A configuration in one short line: `tp=2 ep=off batch=16`."""
+    parts = []
+    for k, v in params.items():
+        if isinstance(v, bool):
+            v = "on" if v else "off"
+        parts.append(f"{SHORT_NAMES.get(k, k)}={v}")
+    return " ".join(parts)
+
+
+Value = bool | int | float | str
+Domain = list[Value] | dict[str, list[Value]]
+
+
+class ParameterDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    values: Domain = Field(description="Values to choose from, or GPU type/arch -> values.")
+    when: dict[str, Value | list[Value]] = Field(
+        default_factory=dict, description="Exists only when these earlier parameters match."
+    )
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> ParameterDecl:
+        lists = self.values.values() if isinstance(self.values, dict) else [self.values]
+        for values in lists:
+            if not values:
+                raise ValueError("empty domain: give at least one value")
+            if len({json.dumps(v) for v in values}) != len(values):
+                raise ValueError("values must be distinct")
+        return self
+
+    def values_for(self, gpu: GpuType) -> list[Value] | None:
+        if isinstance(self.values, list):
+            return self.values
+        for key in (gpu.name, gpu.arch):
+            for k, v in self.values.items():
+                if k.lower() == key.lower():
+                    return v
+        return None
+
+    def active(self, chosen: dict[str, Any]) -> bool:
+        for name, want in self.when.items():
+            allowed = want if isinstance(want, list) else [want]
+            if name not in chosen or chosen[name] not in allowed:
+                return False
+        return True
+
+
+def _check_parameters(parameters: dict[str, ParameterDecl]) -> dict[str, ParameterDecl]:
+    declared: list[str] = []
+    for name, decl in parameters.items():
+        if name not in CANONICAL_PARAMETERS:
+            raise ValueError(f"unknown parameter {name!r}: use one of "
+                             f"{', '.join(CANONICAL_PARAMETERS)}")
+        for ref in decl.when:
+            if ref not in declared:
+                raise ValueError(f"{name}.when names {ref!r}, which is not declared before it")
+        declared.append(name)
+    return parameters
+
+
+class EngineSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parameters: dict[str, ParameterDecl] = Field(min_length=1)
+
+    _check = field_validator("parameters")(classmethod(lambda cls, v: _check_parameters(v)))
+
+
+class SpaceFile(BaseModel):
+    """A space file as written: one engine (`engine` + `parameters`) or several (`engines`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    model: str | None = Field(None, description="Model shape in tuner/data/models.yaml.")
+    engine: str | None = None
+    parameters: dict[str, ParameterDecl] | None = None
+    engines: dict[str, EngineSection] | None = None
+
+    _check = field_validator("parameters")(
+        classmethod(lambda cls, v: v if v is None else _check_parameters(v)))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SpaceFile:
+        single = self.engine is not None or self.parameters is not None
+        if single == (self.engines is not None):
+            raise ValueError("give either `engine` with `parameters`, or `engines`")
+        if single and (self.engine is None or not self.parameters):
+            raise ValueError("`engine` and `parameters` go together")
+        return self
+
+    def sections(self) -> dict[str, dict[str, ParameterDecl]]:
+        if self.engines is not None:
+            return {k: v.parameters for k, v in self.engines.items()}
+        return {self.engine: self.parameters}
+
+    def resolve(self, engine: str, gpu: GpuType, source: str = "") -> SearchSpace:
+        sections = self.sections()
+        if engine not in sections:
+            raise BadInput(f"search space {self.name}{source} has no parameters for engine "
+                           f"{engine}: it covers {', '.join(sections)}")
+        params = {}
+        for name, decl in sections[engine].items():
+            values = decl.values_for(gpu)
+            if values is not None:
+                params[name] = ParameterDecl(values=values, when=decl.when)
+        if not params:
+            raise BadInput(f"search space {self.name}{source}: no parameter of engine {engine} "
+                           f"applies to {gpu.name}")
+        # A condition on a parameter absent on this GPU can never hold: drop the dependant.
+        for name in list(params):
+            if any(ref not in params for ref in params[name].when):
+                del params[name]
+        return SearchSpace(name=self.name, description=self.description, engine=engine,
+                           gpu_type=gpu.name, model=self.model, parameters=params)
+
+
+class SearchSpace(BaseModel):
+    """A space resolved for one engine and GPU type: what a study samples from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    engine: str
+    gpu_type: str = "cpu"
+    model: str | None = None
+    parameters: dict[str, ParameterDecl] = Field(min_length=1)
+
+    def values(self, name: str) -> list[Value]:
+        v = self.parameters[name].values
+        assert isinstance(v, list)  # resolved spaces hold plain lists
+        return v
+
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Define-by-run: suggest each active parameter in declaration order."""
+        chosen: dict[str, Any] = {}
+        for name, decl in self.parameters.items():
+            if decl.active(chosen):
+                chosen[name] = trial.suggest_categorical(name, self.values(name))
+        return chosen
+
+    def enumerate(self) -> list[dict[str, Any]]:
+        """Every configuration the space can produce (conditions applied), in a stable order."""
+        configs: list[dict[str, Any]] = [{}]
+        for name, decl in self.parameters.items():
+            grown = []
+            for c in configs:
+                if decl.active(c):
+                    grown.extend({**c, name: v} for v in self.values(name))
+                else:
+                    grown.append(c)
+            configs = grown
+        return configs
+
+    def size(self) -> int:
+        return len(self.enumerate())
+
+
+def load_space_file(path: Path) -> SpaceFile:
+    return load_model(SpaceFile, read_yaml(path, "search space"), str(path))
+
+
+def load_space(path: Path, engine: str | None = None, gpu: GpuType | None = None) -> SearchSpace:
+    from tuner.spec.gpu_types import CPU
+
+    f = load_space_file(path)
+    return f.resolve(engine or next(iter(f.sections())), gpu or CPU, f" ({path})")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What feasibility (and the performance model) needs to know about the served model."""
+
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_experts: int  # 0 for a dense model
+    vocab_size: int
+    max_position_embeddings: int | None = None
+    num_hidden_layers: int | None = None
+    hidden_size: int | None = None
+    head_dim: int | None = None
+    experts_per_token: int | None = None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+def known_shapes() -> dict[str, dict]:
+    return yaml.safe_load((DATA_DIR / "models.yaml").read_text())
+
+
+def shape_by_name(name: str) -> ModelShape:
+    shapes = known_shapes()
+    if name not in shapes:
+        raise BadInput(f"model shape {name!r} is not in tuner/data/models.yaml: use one of "
+                       f"{', '.join(shapes)}")
+    s = shapes[name]
+    return ModelShape(
+        num_attention_heads=s["num_attention_heads"], num_key_value_heads=s["num_key_value_heads"],
+        num_experts=s["num_experts"], vocab_size=s["vocab_size"],
+        max_position_embeddings=s["max_position_embeddings"],
+        num_hidden_layers=s["num_hidden_layers"], hidden_size=s["hidden_size"],
+        head_dim=s["head_dim"], experts_per_token=s["experts_per_token"],
+    )
+
+
+def read_model_shape(model_dir: Path) -> ModelShape:
+    cfg_path = Path(model_dir) / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(
+            f"model.path {model_dir}: no readable config.json ({e.__class__.__name__}): "
+            "point model.path at a Hugging Face model directory, or name a known shape in "
+            "model.shape"
+        ) from e
+    heads = cfg.get("num_attention_heads")
+    if not isinstance(heads, int):
+        raise BadInput(f"model.path {model_dir}: config.json has no num_attention_heads")
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    return ModelShape(
+        num_attention_heads=heads,
+        num_key_value_heads=int(cfg.get("num_key_value_heads", heads)),
+        num_experts=int(experts or 0),
+        vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=cfg.get("max_position_embeddings"),
+        num_hidden_layers=cfg.get("num_hidden_layers"),
+        hidden_size=cfg.get("hidden_size"),
+        head_dim=cfg.get("head_dim"),
+        experts_per_token=cfg.get("num_experts_per_tok"),
+    )
+
+
+# A further feasibility check (e.g. the performance model's memory fit): the reason, or None.
+Check = Callable[[dict[str, Any]], "str | None"]
+
+
+def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, adapter, gpu,
+                  settings, checks: Sequence[Check] = ()) -> str | None:
+    """Why this configuration cannot run, or None. Only facts the engines enforce live here;
+    engine-specific rules come from the adapter, then each of `checks` in order."""
+    world = adapter.world_size(config)
+    tp = int(config.get("tensor_parallel_size", 1))
+    if world > devices:
+        return f"needs {world} devices, the node has {devices}"
+    if not config.get("enable_attention_dp") and shape.num_attention_heads % tp:
+        return f"TP {tp} does not divide the {shape.num_attention_heads} attention heads"
+    ep = adapter.expert_parallel_width(config)
+    if ep > 1 or config.get("enable_expert_parallel"):
+        if not shape.is_moe:
+            return "expert parallel needs a Mixture-of-Experts model"
+        if ep <= 1:
+            return "expert parallel over a single rank is the same as no expert parallel"
+        if shape.num_experts % ep:
+            return f"EP over {ep} ranks does not divide the {shape.num_experts} experts"
+    reason = adapter.infeasibility(config, shape, gpu, settings)
+    for check in checks:
+        if reason is not None:
+            break
+        reason = check(config)
+    return reason

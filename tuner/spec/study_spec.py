@@ -1,0 +1,264 @@
+"""The study spec: what to tune, on what, under which workload, objective, SLA and budget.
+
+A spec is a YAML file that names a search space and adds everything else. Unknown fields are
+errors (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tuner.spec.sla import SLA
+from tuner.spec.yamlio import load_model, read_yaml
+
+DEFAULT_STORAGE = "sqlite:///tuner.db"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="Local model directory (or a name the engine resolves itself).")
+    generate: Literal["tiny-gpt-oss", "tiny-qwen3-moe"] | None = Field(
+        None, description="Generate this model at `path` when it is missing (random weights); "
+        "tiny-qwen3-moe serves the chat API on CPU (vLLM renders gpt-oss chat in Harmony)."
+    )
+    seed: int = Field(0, description="Seed of the generated model.")
+    shape: str | None = Field(
+        None, description="A model shape in tuner/data/models.yaml (e.g. gpt-oss-120b), used "
+        "when the checkpoint is not on this machine (dry runs, plans)."
+    )
+
+
+class ContainerSpec(_Strict):
+    """Run the engine inside a container (how most users get TensorRT-LLM)."""
+
+    runtime: str = Field("docker", description="docker or podman.")
+    image: str = Field(description="e.g. nvcr.io/nvidia/tensorrt-llm/release:<tag>")
+    args: list[str] = Field(default_factory=list, description="Extra `run` arguments.")
+
+
+class EngineSpec(_Strict):
+    name: str = Field(description="Engine adapter: vllm.")
+    executable: str | None = Field(
+        None, description="The engine's command, on PATH or a path (default: vllm, trtllm-serve)."
+    )
+    args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fixed engine options for every trial, keyed as in the engine's config file "
+        "(vLLM: long flag names, e.g. max-model-len).",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    ready_timeout_s: float = Field(300, gt=0, description="How long a server may take to be ready.")
+    port: int | None = Field(None, ge=1, le=65535, description="Fixed port; default: a free one.")
+    draft_model: str | None = Field(
+        None, description="Draft model for EAGLE-3 speculative decoding (path or name)."
+    )
+    container: ContainerSpec | None = Field(None, description="Run the engine in a container.")
+
+
+class HardwareSpec(_Strict):
+    gpu_type: str = Field(description="The accelerator type the study is for; `cpu` on a CPU node.")
+    devices: int | None = Field(
+        None, gt=0, description="Devices a trial may use (GPUs, or CPU cores); default: all found."
+    )
+
+
+class WorkloadSpec(_Strict):
+    prompt_source: Literal["synthetic", "corpus", "file"] = Field(
+        "synthetic", description="synthetic: random token ids; corpus: natural text shipped with "
+        "tuner, tokenized by the served model's tokenizer (speculative decoding needs it); file: "
+        "your own JSONL (`prompt_file`)."
+    )
+    prompt_file: str | None = Field(
+        None, description="JSONL of prompts for prompt_source file, one per line: "
+        '{"prompt": "text"}, ShareGPT {"conversations": [...]} or OpenAI {"messages": [...]}; '
+        "relative to the spec file."
+    )
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="completions: /v1/completions; chat: /v1/chat/completions "
+        "with messages (the server applies the model's chat template)."
+    )
+    input_len: int = Field(
+        gt=0, description="Prompt length in tokens; for prompt_source file, the longest prompt "
+        "kept (longer ones are skipped), counted with the model's tokenizer."
+    )
+    output_len: int = Field(
+        gt=0, description="Generated tokens per request; with output_len_from dataset, the cap "
+        "on each reply's length."
+    )
+    range_ratio: float = Field(
+        0, ge=0, lt=1, description="synthetic and corpus: each request's input and output "
+        "lengths uniform in [len * (1 - r), len * (1 + r)] (mean len), as `vllm bench serve` "
+        "--random-range-ratio; 0: exact lengths."
+    )
+    output_len_from: Literal["spec", "dataset"] = Field(
+        "spec", description="dataset (prompt_source file only): each request generates as many "
+        "tokens as the file's reply to it has, as `vllm bench serve` does for ShareGPT."
+    )
+    arrival: Literal["concurrency", "poisson"] = Field(
+        "concurrency", description="concurrency: closed loop, a fixed number in flight per "
+        "level; poisson: open loop at each of request_rates, exponential gaps from `seed`."
+    )
+    concurrency: list[int] = Field(
+        min_length=1, description="Concurrency levels of the sweep; with arrival poisson, the "
+        "largest caps the requests in flight at every rate."
+    )
+    request_rates: list[float] | None = Field(
+        None, description="Requests per second, one level each (arrival poisson only)."
+    )
+    requests_per_level: int = Field(gt=0, description="Timed requests at each level, per round.")
+    warmup_requests: int = Field(4, ge=0, description="Untimed requests before each level.")
+    max_rounds: int = Field(
+        1, ge=1, description="Rounds of requests_per_level per level, at most: 1 measures once; "
+        "more repeat (at least 2) until output tok/s is known within ci_target."
+    )
+    ci_target: float = Field(
+        0.05, gt=0, lt=1, description="Stop repeating once the 95% confidence half-width of "
+        "output tok/s is within this fraction of its mean."
+    )
+    request_timeout_s: float = Field(120, gt=0)
+    seed: int = 0
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if any(c <= 0 for c in v):
+            raise ValueError("concurrency levels must be positive integers")
+        if len(set(v)) != len(v):
+            raise ValueError("concurrency levels must be distinct")
+        return sorted(v)
+
+    @field_validator("request_rates")
+    @classmethod
+    def _rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is None:
+            return None
+        if not v or any(r <= 0 for r in v):
+            raise ValueError("request rates must be a non-empty list of positive requests/s")
+        if len(set(v)) != len(v):
+            raise ValueError("request rates must be distinct")
+        return sorted(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        if self.prompt_source == "file" and not self.prompt_file:
+            raise ValueError("prompt_source file needs prompt_file: the path of a JSONL file")
+        if self.prompt_file and self.prompt_source != "file":
+            raise ValueError("prompt_file is read only with prompt_source file: set it or "
+                             "remove prompt_file")
+        if self.output_len_from == "dataset" and self.prompt_source != "file":
+            raise ValueError("output_len_from dataset needs prompt_source file (replies to "
+                             "measure): use output_len_from spec")
+        if self.range_ratio and self.prompt_source == "file":
+            raise ValueError("range_ratio spreads synthetic and corpus lengths; a prompt file's "
+                             "prompts have their own: remove range_ratio")
+        if self.api == "chat" and self.prompt_source == "synthetic":
+            raise ValueError("api chat sends text, and random token ids are not text: use "
+                             "prompt_source corpus or file")
+        if self.arrival == "poisson" and not self.request_rates:
+            raise ValueError("arrival poisson needs request_rates: e.g. [2, 4, 8] requests/s")
+        if self.arrival == "concurrency" and self.request_rates is not None:
+            raise ValueError("request_rates apply to arrival poisson: set it or remove them")
+        return self
+
+    @property
+    def level_count(self) -> int:
+        """Levels in the sweep: one per request rate (poisson) or per concurrency."""
+        return len(self.request_rates) if self.arrival == "poisson" else len(self.concurrency)
+
+    def prompts_needed(self) -> int:
+        """Prompts for the whole sweep, so none is sent twice (and served from a prefix cache)."""
+        return self.level_count * (self.warmup_requests + self.requests_per_level * self.max_rounds)
+
+
+class SLASpec(_Strict):
+    ttft_p90_ms: float | None = Field(None, gt=0, description="p90 time to first token, at most.")
+    min_tok_s_per_user_p90: float | None = Field(
+        None, gt=0, description="Per-user decode speed that 90% of requests reach, at least."
+    )
+
+    def to_sla(self) -> SLA:
+        return SLA(self.ttft_p90_ms, self.min_tok_s_per_user_p90)
+
+
+class ObjectiveSpec(_Strict):
+    metric: Literal["output_tok_s_per_gpu"] = "output_tok_s_per_gpu"
+
+
+class SamplerSpec(_Strict):
+    name: Literal["tpe", "random"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: int = Field(3, ge=1, description="Random trials before TPE models the space.")
+
+
+class BudgetSpec(_Strict):
+    n_trials: int = Field(gt=0, description="Trials that launch a server, for the whole study.")
+    timeout_min: float | None = Field(None, gt=0, description="Start no trial after this long.")
+    trial_timeout_s: float = Field(600, gt=0, description="Ready wait plus the whole sweep.")
+    parallel_trials: int = Field(
+        1, ge=1, description="Trials run at the same time, each on its own devices (e.g. two "
+        "TP4 trials on an 8-GPU node)."
+    )
+    confirm_top_k: int = Field(
+        3, ge=0, description="At the end of `tuner run`, re-run this many of the best trials in "
+        "a fresh server each before naming a winner (0: do not confirm)."
+    )
+    # Several workers on one study (`tuner worker`): a worker that stops beating for the grace
+    # period is presumed dead, its trial failed and retried once by whichever worker notices.
+    heartbeat_interval_s: int = Field(
+        30, ge=1, description="How often a running trial's worker records that it is alive."
+    )
+    heartbeat_grace_s: int = Field(
+        120, ge=1, description="Silence after which another worker fails the trial and retries "
+        "it; several intervals, so a busy worker is not taken for dead."
+    )
+
+    @model_validator(mode="after")
+    def _grace_outlasts_beats(self) -> BudgetSpec:
+        if self.heartbeat_grace_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_grace_s must be longer than heartbeat_interval_s")
+        return self
+
+
+class StudySpec(_Strict):
+    name: str = Field(min_length=1, description="Study name: re-running the same name resumes it.")
+    search_space: str = Field(description="A name in search_spaces/ or a path to a space YAML.")
+    model: ModelSpec
+    engine: EngineSpec
+    hardware: HardwareSpec
+    workload: WorkloadSpec
+    sla: SLASpec = Field(default_factory=SLASpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    budget: BudgetSpec
+    storage: str | None = Field(None, description=f"Database URL; default {DEFAULT_STORAGE}.")
+    runs_dir: str = Field("tuner-runs", description="Where trial logs and files are written.")
+
+
+def load_spec(path: Path) -> StudySpec:
+    spec = load_model(StudySpec, read_yaml(path, "study spec"), str(path))
+    w = spec.workload
+    if w.prompt_file and not Path(w.prompt_file).is_absolute():
+        # Relative to the spec, like search_space, so a spec and its data travel together.
+        absolute = str((path.parent / w.prompt_file).resolve())
+        spec = spec.model_copy(update={"workload": w.model_copy(update={"prompt_file": absolute})})
+    return spec
+
+
+def resolve_space_path(spec: StudySpec, spec_path: Path) -> Path:
+    """A bare name is looked up in the project's search_spaces/; anything else is a path
+    relative to the spec file."""
+    ref = spec.search_space
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        return search_spaces_dir() / f"{ref}.yaml"
+    p = Path(ref)
+    return p if p.is_absolute() else (spec_path.parent / p)
+
+
+def search_spaces_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "search_spaces"

@@ -1,0 +1,79 @@
+"""Plain records the store keeps and returns: measured levels, studies, trials, predictions and
+servers. They know nothing of engines, Optuna or the database's tables.
+
+Times are seconds from `time.perf_counter()` unless a name says `_ms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class LevelMeasurement:
+    """One concurrency level of one trial: the row the store keeps and the objective reads."""
+
+    concurrency: int
+    requests: int  # timed requests sent (warm-up excluded)
+    errors: int
+    duration_s: float  # first send to last completion of the timed requests
+    input_tokens: int
+    output_tokens: int
+    request_throughput: float  # successful requests per second
+    output_tok_s: float
+    output_tok_s_per_gpu: float
+    ttft_p50_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    itl_p50_ms: float | None
+    itl_p90_ms: float | None
+    itl_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p90_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p90_ms: float | None
+    tok_s_per_user_p50: float | None  # median of 1 / TPOT over requests
+    tok_s_per_user_p90: float | None  # reached by 90% of requests: the 10th percentile
+    goodput_rps: float  # requests per second that met every SLA target
+    meets_sla: bool  # no errors and the level's p90 figures meet the SLA
+    error_sample: str | None = None  # the first error text, when errors > 0
+    # Speculative decoding, from the engine's own counters over the level (its warm-up included);
+    # None where the engine exposes no such counters or speculation is off.
+    spec_drafts: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+    # Open-loop (Poisson) levels: the offered request rate per second; None at fixed concurrency.
+    request_rate: float | None = None
+    # Repeats: rounds of `requests` measured, the 95% confidence half-width of output tok/s over
+    # rounds, and whether it reached the target half-width before the cap (None: one round).
+    rounds: int | None = None
+    output_tok_s_ci95: float | None = None
+    converged: bool | None = None
+    # Means over successful requests (TTFT) and over all inter-token gaps (ITL), with 95%
+    # confidence half-widths.
+    ttft_mean_ms: float | None = None
+    ttft_mean_ci95_ms: float | None = None
+    itl_mean_ms: float | None = None
+    itl_mean_ci95_ms: float | None = None
+    # The engine's gauges sampled during the level, and preemptions counted over it.
+    kv_cache_usage_max: float | None = None  # fraction of the KV cache in use, 0..1
+    requests_running_max: float | None = None
+    requests_waiting_max: float | None = None
+    preemptions: int | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted draft tokens / proposed draft tokens."""
+        if not self.spec_draft_tokens:
+            return None
+        return (self.spec_accepted_tokens or 0) / self.spec_draft_tokens
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Mean tokens per verification step: 1 + accepted / drafts (as vLLM reports it)."""
+        if not self.spec_drafts:
+            return None
+        return 1 + (self.spec_accepted_tokens or 0) / self.spec_drafts
+
+    def to_dict(self) -> dict:
+        return asdict(self)
