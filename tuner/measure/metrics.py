@@ -173,21 +173,11 @@ def sla_violations(level: LevelMeasurement, sla: SLA) -> dict[str, float]:
     return violations
 
 
-def objective(
-    levels: list[LevelMeasurement],
-) -> tuple[float | None, LevelMeasurement | None, bool]:
-    """The trial's value: the best output tok/s per GPU among levels that meet the SLA.
-
-    Returns (value, that level, True). When no level meets it, (the best value among levels with
-    any successful request, that level, False) so infeasible trials still rank; (None, None, False)
-    when nothing succeeded. Ties go to the earlier level.
-    """
-    feasible = [m for m in levels if m.meets_sla]
-    if feasible:
-        best = max(feasible, key=lambda m: m.output_tok_s_per_gpu)
-        return best.output_tok_s_per_gpu, best, True
-    measured = [m for m in levels if m.requests > m.errors]
-    if measured:
-        best = max(measured, key=lambda m: m.output_tok_s_per_gpu)
-        return best.output_tok_s_per_gpu, best, False
-    return None, None, False
+def confidence_text(m: LevelMeasurement, *, mark_unconverged: bool = True) -> str | None:
+    """How far a level's throughput can be trusted: `±3.1%` (the 95% half-width as a fraction of
+    the mean), followed by NOT CONVERGED when the rounds ran out before the target (unless
+    `mark_unconverged` is off, for a line that says so itself); None for a single measurement."""
+    if m.output_tok_s_ci95 is None or not m.output_tok_s:
+        return None
+    text = f"±{m.output_tok_s_ci95 / m.output_tok_s:.1%}"
+    return text if m.converged is not False or not mark_unconverged else f"{text} NOT CONVERGED"

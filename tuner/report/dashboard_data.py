@@ -26,7 +26,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from tuner.report.export import best_trial, write_export
-from tuner.report.tables import confidence_text, measurements_frame, state_counts
+from tuner.measure.metrics import confidence_text
+from tuner.report.tables import measurements_frame, state_counts
 from tuner.spec.errors import BadInput, NoResult
 from tuner.spec.space import SHORT_NAMES, describe
 from tuner.spec.study_spec import DEFAULT_STORAGE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tuner.measure.metrics import confidence_text
 from tuner.store.records import LevelMeasurement
 from tuner.store.repository import StudyRecord, TrialRecord
 
@@ -47,16 +48,6 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
                      **state_counts(trials), "best tok/s/GPU": max(ok) if ok else None,
                      "created": s.created_at.strftime("%Y-%m-%d %H:%M")})
     return pd.DataFrame(rows)
-
-
-def confidence_text(m) -> str | None:
-    """How far a level's throughput can be trusted, for tables: `±3.1%` (the 95% half-width as
-    a fraction of the mean), marked NOT CONVERGED when the rounds ran out before the target;
-    None for a single measurement."""
-    if m.output_tok_s_ci95 is None or not m.output_tok_s:
-        return None
-    text = f"±{m.output_tok_s_ci95 / m.output_tok_s:.1%}"
-    return text if m.converged is not False else f"{text} NOT CONVERGED"
 
 
 def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.measure.metrics import objective
+from tuner.search.rules import objective
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe
 from tuner.store.records import LevelMeasurement

@@ -31,7 +31,8 @@ from pydantic import ValidationError
 import tuner
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.measure.loadgen import Prompt, Repeats, run_sweep
-from tuner.measure.metrics import objective, sla_violations, summarize_level
+from tuner.measure.metrics import sla_violations, summarize_level
+from tuner.search.rules import objective
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
 from tuner.measure.prompts import (
     as_text,

@@ -8,7 +8,8 @@ from tuner.store.repository import (
     StudyRecord,
     TrialRecord,
     mask_url,
+    sqlite_file,
 )
 
 __all__ = ["BudgetSpent", "LevelMeasurement", "PredictionRecord", "ServerRecord", "Store",
-           "StoreError", "StudyRecord", "TrialRecord", "mask_url"]
+           "StoreError", "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]

@@ -77,3 +77,18 @@ class LevelMeasurement:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# The budget rule, written once: the store's atomic claim (in SQL) and every count of launched
+# trials (the study loop, the dashboard) use these. A trial counts once it launched a server
+# and reached a verdict of its own; an interrupted trial was cut short by the tuner, not by its
+# configuration, so it does not count and the study runs another in its place. A running trial
+# counts as a claim while it runs.
+BUDGET_STATES = ("complete", "failed")
+NOT_COUNTED_FAILURES = ("interrupted",)
+
+
+def counts_toward_budget(state: str, failure_kind: str | None) -> bool:
+    """Whether a finished trial spent the study's budget (see BUDGET_STATES)."""
+    return state in BUDGET_STATES and not (state == "failed"
+                                           and failure_kind in NOT_COUNTED_FAILURES)

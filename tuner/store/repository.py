@@ -54,7 +54,7 @@ from db.models import (
     StudyModel,
     TrialModel,
 )
-from tuner.store.records import LevelMeasurement
+from tuner.store.records import BUDGET_STATES, NOT_COUNTED_FAILURES, LevelMeasurement
 
 __all__ = ["BudgetSpent", "PredictionRecord", "ServerRecord", "Store", "StoreError",
            "StudyRecord", "TrialRecord"]
@@ -613,6 +613,15 @@ def _parse_url(url: str) -> URL:
         ) from e
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The database file of an SQLite storage URL; None for other backends, memory, URI
+    filenames and URLs that do not parse."""
+    try:
+        return _sqlite_file(_parse_url(url))
+    except StoreError:
+        return None
+
+
 def _sqlite_file(url: URL) -> Path | None:
     """The database file of an SQLite URL; None for other backends, memory and URI filenames."""
     if url.get_backend_name() != "sqlite":
@@ -807,9 +816,11 @@ def _measurement_rows(trial_id: int, run: int,
 
 
 def _budget_count(study_id: int) -> Select:
-    counts = or_(TrialModel.state.in_(("running", "complete")),
+    # counts_toward_budget in SQL, plus the running trials' claims.
+    finished = [s for s in BUDGET_STATES if s != "failed"]
+    counts = or_(TrialModel.state.in_(("running", *finished)),
                  and_(TrialModel.state == "failed",
-                      func.coalesce(TrialModel.failure_kind, "") != "interrupted"))
+                      func.coalesce(TrialModel.failure_kind, "").not_in(NOT_COUNTED_FAILURES)))
     return select(func.count()).select_from(TrialModel).where(TrialModel.study_id == study_id,
                                                               counts)
 

@@ -1,0 +1,88 @@
+"""The search's domain rules, each written once and called wherever it applies: the identity of a
+configuration, what spends the budget, the level a trial's objective comes from, and the winner.
+
+The study loop, confirmation, the planner, the dry run, the exports, the CLI's tables and the
+dashboard all ask these functions; none keeps a copy. They are pure functions over plain records,
+so the dashboard can import them without the serving path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from tuner.spec.errors import NoResult
+from tuner.store.records import LevelMeasurement, counts_toward_budget
+from tuner.store import StudyRecord, TrialRecord
+
+__all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
+           "met_sla", "objective", "winner"]
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """The identity of a configuration: two parameter sets are the same configuration exactly
+    when their keys are equal (canonical JSON, so the key is also stable across processes)."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def launched(trials: Iterable[TrialRecord]) -> int:
+    """How many of these trials spent the budget (`counts_toward_budget`)."""
+    return sum(1 for t in trials if counts_toward_budget(t.state, t.failure_kind))
+
+
+def best_level(levels: list[LevelMeasurement]) -> tuple[LevelMeasurement | None, bool]:
+    """The level a trial's objective comes from, and whether it met the SLA.
+
+    The fastest output tok/s per GPU among levels that meet the SLA; when none does, the fastest
+    among levels with any successful request, so trials that missed it still rank; (None, False)
+    when nothing succeeded. Ties go to the earlier level.
+    """
+    feasible = [m for m in levels if m.meets_sla]
+    if feasible:
+        return max(feasible, key=lambda m: m.output_tok_s_per_gpu), True
+    measured = [m for m in levels if m.requests > m.errors]
+    if measured:
+        return max(measured, key=lambda m: m.output_tok_s_per_gpu), False
+    return None, False
+
+
+def objective(
+    levels: list[LevelMeasurement],
+) -> tuple[float | None, LevelMeasurement | None, bool]:
+    """The trial's value (output tok/s per GPU at its `best_level`), that level, and whether it
+    met the SLA."""
+    level, meets = best_level(levels)
+    return (None if level is None else level.output_tok_s_per_gpu), level, meets
+
+
+def met_sla(trial: TrialRecord) -> bool:
+    """A complete trial whose first run met the SLA: a candidate for confirmation and winning."""
+    return trial.state == "complete" and bool(trial.meets_sla) and trial.objective is not None
+
+
+def is_confirmed(trial: TrialRecord) -> bool:
+    """Re-run in a fresh server and met the SLA again (within its interval or not)."""
+    return (trial.confirm_state in ("confirmed", "differs") and bool(trial.confirm_meets_sla)
+            and trial.confirm_objective is not None)
+
+
+def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
+    """The winner: the best confirmed trial, by the objective of its confirmation, among those
+    whose confirmation met the SLA; before any confirmation, the complete trial with the highest
+    objective among those that met the SLA (`is_confirmed` tells which). Raises NoResult when no
+    trial met the SLA."""
+    confirmed = [t for t in trials if is_confirmed(t)]
+    if confirmed:
+        return max(confirmed, key=lambda t: t.confirm_objective)
+    ok = [t for t in trials if met_sla(t)]
+    if not ok:
+        counts: dict[str, int] = {}
+        for t in trials:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        seen = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+        raise NoResult(
+            f"study {study.name} has no trial that met the SLA ({seen}): relax the spec's sla, "
+            "widen the search space or run more trials; `tuner status` lists them"
+        )
+    return max(ok, key=lambda t: t.objective)
