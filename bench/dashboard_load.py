@@ -27,8 +27,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from tuner.report.dashboard_data import STORAGE_ENV
+from tuner.store import Store
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import Store
 
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "dashboard" / "app.py"

@@ -15,7 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from tuner.report import dashboard_data as dd
-from tuner.store.repository import Store, StoreError
+from tuner.store import Store, StoreError
 
 CACHE_ENTRIES = 16
 SUCCESS = "#2e7d32"

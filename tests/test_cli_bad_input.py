@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import base_spec, run_tuner, write_yaml
-from tuner.store.repository import Store
+from tuner.store import Store
 
 
 def digest(path: Path) -> str:

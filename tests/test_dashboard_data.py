@@ -23,8 +23,8 @@ from sqlalchemy.exc import OperationalError
 
 from tuner.report import dashboard_data as dd
 from tuner.report.export import write_export
+from tuner.store import Store, StoreError
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import Store, StoreError
 
 SPEC = {
     "name": "s",
@@ -40,6 +40,8 @@ SPEC = {
 SPACE = {"name": "t", "engine": "vllm", "parameters": {
     "tensor_parallel_size": {"values": [1, 2]}, "enable_expert_parallel": {"values": [False, True]},
     "max_batch_size": {"values": [4, 16]}}}
+# The serving path: the dashboard and its data never import these (it reads the store only).
+SERVING_PATH = ("tuner.serve.launcher", "tuner.search.study", "tuner.measure.loadgen")
 HW = {"kind": "cpu", "type": "cpu", "description": "2 CPU cores", "host": "h"}
 BASE = LevelMeasurement(
     concurrency=2, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,
@@ -485,7 +487,7 @@ def test_compare_puts_each_study_best_in_one_row_and_each_front_on_one_chart(url
 
 def test_the_dashboards_data_never_imports_the_launcher_or_the_study_loop():
     code = ("import sys, tuner.report.dashboard_data; "
-            "bad = [m for m in ('tuner.serve.launcher', 'tuner.search.study', 'tuner.measure.loadgen') "
+            f"bad = [m for m in {SERVING_PATH!r} "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

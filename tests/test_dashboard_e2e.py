@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.store.repository import Store
+from tuner.store import Store
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

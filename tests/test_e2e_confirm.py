@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import NO_VLLM, base_spec, run_tuner, vllm_available, write_yaml
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = pytest.mark.engine
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import base_spec, run_tuner, wait_for, write_yaml
 from tuner.serve.launcher import group_members
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import base_spec, run_tuner, write_yaml
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_tuner
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import TUNER, base_spec, run_tuner, wait_for, write_yaml
 from tuner.serve.launcher import group_members
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tests.conftest import REPO, base_spec, run_tuner, write_yaml
-from tuner.store.repository import Store
+from tuner.store import Store
 
 pytestmark = [
     pytest.mark.engine,

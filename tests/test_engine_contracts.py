@@ -1,6 +1,6 @@
 """Golden contracts: what tuner emits for TensorRT-LLM and SGLang exists in the releases it
-targets (key lists derived from their source, tuner/serve/engines/data/), and NVIDIA's curated gpt-oss
-configurations come out of tuner unchanged."""
+targets (key lists derived from their source, tuner/serve/engines/data/), and NVIDIA's curated
+gpt-oss configurations come out of tuner unchanged."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ from tests.conftest import run_tuner
 from tuner.report.export import ExportRecord, best_trial, write_export
 from tuner.serve.engines import get_adapter
 from tuner.spec.errors import NoResult
+from tuner.store import Store
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import Store
 
 LEVEL = LevelMeasurement(
     concurrency=4, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,

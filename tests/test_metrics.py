@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 
 from tuner.measure.loadgen import LevelRun
-from tuner.measure.metrics import (
-    MISSING_VIOLATION,
-    objective,
-    percentile,
-    sla_violations,
-    summarize_level,
-)
+from tuner.measure.metrics import MISSING_VIOLATION, percentile, sla_violations, summarize_level
 from tuner.measure.records import RequestResult
+from tuner.search.rules import objective
 from tuner.spec.sla import SLA
 
 

@@ -22,8 +22,8 @@ from tuner.serve.hardware import planned_inventory
 from tuner.spec.gpu_types import gpu_type
 from tuner.spec.space import infeasibility, load_space, shape_by_name
 from tuner.spec.study_spec import load_spec
+from tuner.store import Store
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import Store
 
 EXAMPLE = REPO / "examples" / "gpt-oss-120b.yaml"
 # A small gpt-oss-120b space: TP1 at memory fraction 0.5 cannot hold its 65 GB of weights on an

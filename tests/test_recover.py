@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tuner.search.study import _worker_id, optuna_storage, recover
-from tuner.store.repository import Store
+from tuner.store import Store
 
 
 @pytest.fixture

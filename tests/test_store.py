@@ -20,8 +20,8 @@ from sqlalchemy import create_engine
 
 import db
 from db.models import VERSION_TABLE, Base, MeasurementModel
+from tuner.store import Store, StoreError
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import Store, StoreError
 
 TUNER_TABLES = {"tuner_studies", "tuner_trials", "tuner_measurements", "tuner_servers",
                 "tuner_predictions"}
@@ -478,7 +478,7 @@ def test_an_unparsable_url_is_a_store_error():
 
 
 def test_a_storage_url_is_printed_without_its_password():
-    from tuner.store.repository import mask_url
+    from tuner.store import mask_url
 
     shown = mask_url("postgresql+psycopg://tuner:s3cr3t@db.internal:5432/studies")
     assert shown == "postgresql+psycopg://tuner:***@db.internal:5432/studies"

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from tests.conftest import run_tuner
 from tuner.search.study import Heartbeat, optuna_storage, reap_stale
 from tuner.spec.study_spec import BudgetSpec
-from tuner.store.repository import BudgetSpent, Store
+from tuner.store import BudgetSpent, Store
 
 SPEC = {
     "engine": {"name": "vllm", "args": {}, "env": {}},

@@ -111,7 +111,7 @@ def confirm(
     confirmed one, exported with both runs."""
     from tuner.search.study import prepare
     from tuner.spec.study_spec import load_spec
-    from tuner.store.repository import mask_url
+    from tuner.store import mask_url
 
     spec = load_spec(spec_path)
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
@@ -150,7 +150,7 @@ def _create_only(spec, spec_path: Path, storage: str | None, study_name: str | N
     import shlex
 
     from tuner.search.study import load_or_create_study, prepare
-    from tuner.store.repository import mask_url
+    from tuner.store import mask_url
 
     if n_trials:  # the stored spec is what workers read: it carries the budget
         spec.budget.n_trials = n_trials
@@ -221,7 +221,7 @@ def _print_dry_run(spec, spec_path: Path, gpu: str | None, engine: str | None, n
 
 def _open(storage: str | None):
     from tuner.spec.study_spec import DEFAULT_STORAGE
-    from tuner.store.repository import Store, StoreError
+    from tuner.store import Store, StoreError
 
     try:
         return Store.open(storage or DEFAULT_STORAGE, create=False)
@@ -400,7 +400,7 @@ def dashboard(
 
     from tuner.report.dashboard_data import STORAGE_ENV
     from tuner.spec.study_spec import DEFAULT_STORAGE
-    from tuner.store.repository import mask_url
+    from tuner.store import mask_url
 
     url = storage or DEFAULT_STORAGE
     _open(url).close()  # a missing or foreign database: the store's one-line error, exit 2
@@ -514,7 +514,7 @@ def plan(
 
 
 def _store(url: str):
-    from tuner.store.repository import Store, StoreError
+    from tuner.store import Store, StoreError
 
     try:
         return Store.open(url)

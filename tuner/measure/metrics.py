@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from tuner.measure.loadgen import LevelRun
 from tuner.measure.records import EngineGauges, RequestResult
 from tuner.measure.stats import converged, mean_ci
 from tuner.spec.sla import SLA
 from tuner.store.records import LevelMeasurement
+
+if TYPE_CHECKING:  # the load generator's run, only read here: reports import this module alone
+    from tuner.measure.loadgen import LevelRun
 
 # Stand-in violation when a level has no successful request, so its p90 figures do not exist.
 # Finite on purpose: Optuna stores constraints as JSON and ranks infeasible trials by the sum of

@@ -25,13 +25,13 @@ import pandas as pd
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from tuner.report.export import best_trial, write_export
 from tuner.measure.metrics import confidence_text
+from tuner.report.export import best_trial, write_export
 from tuner.report.tables import measurements_frame, state_counts
 from tuner.spec.errors import BadInput, NoResult
 from tuner.spec.space import SHORT_NAMES, describe
 from tuner.spec.study_spec import DEFAULT_STORAGE
-from tuner.store.repository import Store, StoreError, StudyRecord, TrialRecord
+from tuner.store import Store, StoreError, StudyRecord, TrialRecord
 
 # `tuner dashboard` passes the storage URL to the Streamlit app in this variable: no shell
 # quoting, and a PostgreSQL password stays out of the process list.

@@ -21,7 +21,7 @@ from tuner import DATA_DIR
 from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput, NoResult
-from tuner.store.repository import StudyRecord, TrialRecord
+from tuner.store import StudyRecord, TrialRecord
 
 # 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
 SCHEMA_VERSION = 2

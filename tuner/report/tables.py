@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
+from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import StudyRecord, TrialRecord
 
 
 def _params_text(params: dict) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 from tuner.search.rules import objective
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe
+from tuner.store import TrialRecord
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import TrialRecord
 
 DEFAULT_TOP_K = 3
 # Without an interval (a level measured in one round), a confirmation differs when its value is

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tuner.spec.errors import NoResult
-from tuner.store.records import LevelMeasurement, counts_toward_budget
 from tuner.store import StudyRecord, TrialRecord
+from tuner.store.records import LevelMeasurement, counts_toward_budget
 
 __all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
            "met_sla", "objective", "winner"]

@@ -32,7 +32,6 @@ import tuner
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.measure.loadgen import Prompt, Repeats, run_sweep
 from tuner.measure.metrics import sla_violations, summarize_level
-from tuner.search.rules import objective
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
 from tuner.measure.prompts import (
     as_text,
@@ -43,6 +42,7 @@ from tuner.measure.prompts import (
     spread_prompts,
     synthetic_token_prompts,
 )
+from tuner.search.rules import objective
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.failures import tail
 from tuner.serve.hardware import Inventory, detect, owned_devices
@@ -61,15 +61,8 @@ from tuner.spec.space import (
     shape_by_name,
 )
 from tuner.spec.study_spec import DEFAULT_STORAGE, BudgetSpec, StudySpec, resolve_space_path
+from tuner.store import BudgetSpent, ServerRecord, Store, StoreError, TrialRecord, mask_url
 from tuner.store.records import LevelMeasurement
-from tuner.store.repository import (
-    BudgetSpent,
-    ServerRecord,
-    Store,
-    StoreError,
-    TrialRecord,
-    mask_url,
-)
 
 # tuner asks and tells with heartbeats on, beating from its own thread (Heartbeat below):
 # Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for

@@ -1,8 +1,8 @@
 """SGLang 0.5.23: `python -m sglang.launch_server --model-path MODEL ...`, every option a flag.
 
 Its wheel needs CUDA, so here it is checked like TensorRT-LLM: every flag tuner emits must be one
-of the targeted release's server_args (tuner/serve/engines/data/). The launch has no config file: the
-exported launch command is the whole configuration.
+of the targeted release's server_args (tuner/serve/engines/data/). The launch has no config
+file: the exported launch command is the whole configuration.
 """
 
 from __future__ import annotations
