@@ -21,7 +21,7 @@ from pathlib import Path
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import synthetic_token_prompts
-from tuner.search.study import resolve_executable
+from tuner.search.context import resolve_executable
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import cpu_inventory
 from tuner.serve.launcher import ServerProcess, free_port

@@ -47,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.plan import perfmodel as pm  # noqa: E402
 from tuner.plan import planner  # noqa: E402
 from tuner.plan.dry_run import offline_study  # noqa: E402
-from tuner.search.study import MAX_IDLE_ASKS, make_sampler, tell_unusable  # noqa: E402
+from tuner.search.bridge import make_sampler, tell_unusable  # noqa: E402
+from tuner.search.loop import MAX_IDLE_ASKS  # noqa: E402
+from tuner.search.rules import config_key  # noqa: E402
 from tuner.spec.study_spec import load_spec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +84,7 @@ class Landscape:
         best_any = np.where(p.level_fits, p.tok_s_per_gpu, 0).max(axis=1)
         for m in range(len(plan.modeled)):
             params = plan.params(m)
-            key = planner.config_key(params)
+            key = config_key(params)
             scale = math.exp(rng.normal(0, CONFIG_SIGMA))
             for name, v in params.items():
                 scale *= effect[(name, repr(v))]
@@ -114,7 +116,7 @@ def search(land: Landscape, target, sampler: optuna.samplers.BaseSampler, budget
     rng = random.Random(seed)
     noise = np.random.default_rng(seed + 1000)
     done: dict[str, tuple[float, bool]] = {}
-    by_key = {planner.config_key(c): c for c in target.space.enumerate()}
+    by_key = {config_key(c): c for c in target.space.enumerate()}
     feasible = [k for k in land.value if check(by_key[k]) is None]
     launched = idle = 0
     while launched < budget:
@@ -126,7 +128,7 @@ def search(land: Landscape, target, sampler: optuna.samplers.BaseSampler, budget
             idle = 0
         trial = study.ask()
         params = target.space.sample(trial)
-        key = planner.config_key(params)
+        key = config_key(params)
         if key in done:
             value, ok = done[key]
             trial.set_constraint("sla", 0.0 if ok else 1.0)
@@ -156,7 +158,7 @@ def search(land: Landscape, target, sampler: optuna.samplers.BaseSampler, budget
 def grid_position(land: Landscape, target) -> int:
     n = 0
     for c in target.space.enumerate():
-        key = planner.config_key(c)
+        key = config_key(c)
         if key not in land.value:
             continue
         n += 1

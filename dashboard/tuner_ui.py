@@ -1,6 +1,6 @@
 """Shared drawing for the dashboard's pages: cached reads, charts, and in-page explanations.
 
-Data comes from tuner.dashboard_data (plain functions, tested on their own); this module only
+Data comes from tuner.report.dashboard_data (plain functions, tested on their own); this module only
 caches it per database version and draws it. The pages never write, launch or import the launcher.
 """
 

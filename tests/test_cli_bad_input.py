@@ -104,6 +104,18 @@ def test_a_missing_spec_file(workdir):
     assert proc.returncode == 2 and "absent.yaml does not exist" in proc.stderr
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (("run", "study.yaml", "--bogus"), "No such option: --bogus"),
+    (("nonsense",), "No such command 'nonsense'"),
+    (("run",), "Missing argument 'STUDY.yaml'"),
+])
+def test_a_usage_error_is_one_line_and_bad_input(workdir, args, message):
+    proc = run_tuner(*args, cwd=workdir, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_a_foreign_database_is_refused_and_left_alone(workdir):
     foreign = workdir / "other.db"
     con = sqlite3.connect(foreign)

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from tests.test_export import LEVEL, add_trial, study_store
-from tuner.report.export import best_trial, write_export
+from tuner.report.export import write_export
 from tuner.search.confirm import FALLBACK_TOLERANCE, candidates, judge
+from tuner.search.rules import winner
 
 TP1 = {"tensor_parallel_size": 1, "max_batch_size": 4}
 TP2 = {"tensor_parallel_size": 2, "max_batch_size": 16}
@@ -99,7 +100,7 @@ def test_the_winner_is_the_best_confirmed_trial_by_its_confirmation(store):
                               reason=None, measurements=_levels(540.0, gpus=2))
     store.record_confirmation("s", 2, state="failed", objective=None, meets_sla=None,
                               reason="crash: segfault")
-    assert best_trial(store.get_study("s"), store.trials("s")).number == 1
+    assert winner(store.get_study("s"), store.trials("s")).number == 1
 
 
 def test_a_confirmation_that_missed_the_sla_cannot_win(store):
@@ -109,14 +110,14 @@ def test_a_confirmation_that_missed_the_sla_cannot_win(store):
                               reason="missed", measurements=_levels(650.0, meets=False))
     store.record_confirmation("s", 1, state="confirmed", objective=310.0, meets_sla=True,
                               reason=None, measurements=_levels(310.0, gpus=2))
-    assert best_trial(store.get_study("s"), store.trials("s")).number == 1
+    assert winner(store.get_study("s"), store.trials("s")).number == 1
 
 
 def test_the_export_of_a_confirmed_winner_carries_both_runs(store, tmp_path):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     store.record_confirmation("s", 0, state="differs", objective=430.0, meets_sla=True,
                               reason="-70 from the first run", measurements=_levels(430.0))
-    write_export(store.get_study("s"), best_trial(store.get_study("s"), store.trials("s")),
+    write_export(store.get_study("s"), winner(store.get_study("s"), store.trials("s")),
                  tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     assert [m["output_tok_s_per_gpu"] for m in record["measurements"]] == [500.0]

@@ -41,7 +41,8 @@ SPACE = {"name": "t", "engine": "vllm", "parameters": {
     "tensor_parallel_size": {"values": [1, 2]}, "enable_expert_parallel": {"values": [False, True]},
     "max_batch_size": {"values": [4, 16]}}}
 # The serving path: the dashboard and its data never import these (it reads the store only).
-SERVING_PATH = ("tuner.serve.launcher", "tuner.search.study", "tuner.measure.loadgen")
+SERVING_PATH = ("tuner.serve.launcher", "tuner.search.loop", "tuner.search.trial",
+                "tuner.measure.loadgen")
 HW = {"kind": "cpu", "type": "cpu", "description": "2 CPU cores", "host": "h"}
 BASE = LevelMeasurement(
     concurrency=2, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,

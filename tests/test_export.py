@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import run_tuner
-from tuner.report.export import ExportRecord, best_trial, write_export
+from tuner.report.export import ExportRecord, write_export
+from tuner.search.rules import winner
 from tuner.serve.engines import get_adapter
 from tuner.spec.errors import NoResult
 from tuner.store import Store
@@ -58,13 +59,13 @@ def test_the_best_trial_is_the_fastest_that_met_the_sla(store):
     add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 300.0, True, gpus=1)
     add_trial(store, 1, {"tensor_parallel_size": 2, "max_batch_size": 16}, 900.0, False)
     add_trial(store, 2, {"tensor_parallel_size": 2, "max_batch_size": 64}, 500.0, True)
-    assert best_trial(store.get_study("s"), store.trials("s")).number == 2
+    assert winner(store.get_study("s"), store.trials("s")).number == 2
 
 
 def test_no_trial_met_the_sla_is_a_clear_no_result(store, tmp_path):
     add_trial(store, 0, {"max_batch_size": 4}, 900.0, False)
     with pytest.raises(NoResult, match="no trial that met the SLA"):
-        best_trial(store.get_study("s"), store.trials("s"))
+        winner(store.get_study("s"), store.trials("s"))
     for command in (["best"], ["export"]):
         proc = run_tuner(*command, cwd=tmp_path, timeout=60)
         assert proc.returncode == 3, proc.stderr
@@ -76,7 +77,7 @@ def test_the_vllm_export_is_the_trials_config_and_a_launch_script(store, tmp_pat
     add_trial(store, 0, {"tensor_parallel_size": 2, "max_batch_size": 16,
                          "speculative_method": "ngram", "num_speculative_tokens": 2}, 500.0, True)
     study, trials = store.get_study("s"), store.trials("s")
-    files = write_export(study, best_trial(study, trials), tmp_path / "out")
+    files = write_export(study, winner(study, trials), tmp_path / "out")
     assert sorted(f.name for f in files) == ["best.json", "config.yaml", "launch.sh"]
 
     config = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())

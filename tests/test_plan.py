@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -16,7 +17,11 @@ from tests.conftest import REPO, run_tuner, write_yaml
 from tuner.plan import perfmodel as pm
 from tuner.plan import planner
 from tuner.plan.dry_run import offline_study
-from tuner.search import study as study_mod
+from tuner.search import loop
+from tuner.search.bridge import load_or_create_study
+from tuner.search.context import StudyContext, engine_settings
+from tuner.search.rules import config_key
+from tuner.search.trial import TrialResult
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import planned_inventory
 from tuner.spec.gpu_types import gpu_type
@@ -71,7 +76,7 @@ def test_a_plan_covers_every_configuration_with_a_rule_or_a_prediction(tmp_path:
 
 def test_tp1_at_half_memory_on_h100_cannot_fit_and_says_why(tmp_path: Path):
     plan = plan_of(small_spec(tmp_path))
-    reasons = {planner.config_key(plan.params(m)): plan.memory_reason(m)
+    reasons = {config_key(plan.params(m)): plan.memory_reason(m)
                for m in range(len(plan.modeled))}
     for key, reason in reasons.items():
         config = dict(eval(key))  # noqa: S307  (our own repr of sorted items)
@@ -203,10 +208,10 @@ def test_saved_predictions_replace_the_stored_levels_of_the_same_configuration(t
 def test_a_database_of_the_first_schema_upgrades_and_keeps_its_studies(tmp_path: Path):
     from alembic import command
 
-    from tuner.store.repository import _alembic_config, _sqlite_migration_engine
+    from tuner.store.bootstrap import _alembic_config, _parse_url, _sqlite_migration_engine
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
-    engine = _sqlite_migration_engine(Store.open.__globals__["_parse_url"](url))
+    engine = _sqlite_migration_engine(_parse_url(url))
     with engine.begin() as connection:
         command.upgrade(_alembic_config(connection), "0001")
     engine.dispose()
@@ -221,7 +226,7 @@ def test_a_database_of_the_first_schema_upgrades_and_keeps_its_studies(tmp_path:
 def test_feasibility_checks_run_after_the_engine_rules_and_the_old_call_still_works():
     vllm, h200 = get_adapter("vllm"), gpu_type("H200")
     kwargs = dict(shape=shape_by_name("gpt-oss-120b"), devices=8, adapter=vllm, gpu=h200,
-                  settings=study_mod.engine_settings(load_spec(EXAMPLE), "vllm", "m"))
+                  settings=engine_settings(load_spec(EXAMPLE), "vllm", "m"))
     calls = []
 
     def check(config):
@@ -239,14 +244,14 @@ def test_feasibility_checks_run_after_the_engine_rules_and_the_old_call_still_wo
 # ---------------------------------------------------------------- warm start in a study
 
 
-def _context(spec_path: Path, said: list[str]) -> study_mod.StudyContext:
+def _context(spec_path: Path, said: list[str]) -> StudyContext:
     spec = load_spec(spec_path)
     gpu = gpu_type(spec.hardware.gpu_type)
     adapter = get_adapter(spec.engine.name)
-    return study_mod.StudyContext(
+    return StudyContext(
         spec=spec, name=spec.name, space=load_space(spec_path.parent / "space.yaml", "vllm", gpu),
         adapter=adapter, inventory=planned_inventory(gpu, 8), shape=shape_by_name("gpt-oss-120b"),
-        settings=study_mod.engine_settings(spec, "vllm", spec.model.path),
+        settings=engine_settings(spec, "vllm", spec.model.path),
         store=Store.open(spec.storage), storage_url=spec.storage, runs_dir=spec_path.parent,
         say=said.append, gpu=gpu)
 
@@ -264,17 +269,18 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
                                          worker_pid=1)
         ctx.store.finish_trial(trial_id, state="complete", objective=1000.0, meets_sla=True)
         study.tell(trial, 1000.0)
-        return study_mod.TrialResult(trial.number, params, "complete", 1000.0, True)
+        return TrialResult(trial.number, params, "complete", 1000.0, True)
 
-    monkeypatch.setattr(study_mod, "run_trial", fake_trial)
+    monkeypatch.setattr(loop, "run_trial", fake_trial)
     # Someone queued a configuration that cannot fit: it must be rejected, not launched.
     cannot_fit = {"tensor_parallel_size": 1, "moe_backend": "triton", "max_batch_size": 16,
                   "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.5}
-    study_mod.load_or_create_study(ctx).enqueue_trial(cannot_fit)
+    load_or_create_study(ctx).enqueue_trial(cannot_fit)
     expected = planner.make_plan(offline_study(ctx.spec, spec_path, gpu=None, engine=None))
     top = [expected.params(m) for m in planner.top_distinct(expected, 2)]
 
-    study_mod.run_study(ctx, n_trials=3, warm_start=2)
+    loop.run_study(ctx, n_trials=3,
+                   warm_start=planner.warm_start(ctx, 2, store=ctx.store, study_name=ctx.name))
 
     assert launched[:2] == top
     assert cannot_fit not in launched
@@ -368,8 +374,9 @@ def test_optuna_enqueued_warm_start_trials_are_not_queued_twice_on_resume(tmp_pa
     with Store.open(store_url) as store:
         target = offline_study(load_spec(tmp_path / "study.yaml"), tmp_path / "study.yaml",
                                gpu=None, engine=None)
-        for _ in range(2):
-            planner.warm_start(target, study, 3, done=set(), store=store, study_name="w",
-                               checks=[])
+        warm = planner.warm_start(target, 3, store=store, study_name="w")
+        for _ in range(2):  # a study resumed: the same configurations are offered again
+            loop.queue_warm_start(SimpleNamespace(checks=[], say=lambda line: None), study,
+                                  warm, done=set())
         assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 3
         assert len(store.predictions("w")) == 3 * len(plan.levels)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tuner.search.study import _level_line
+from tuner.search.trial import level_line
 from tuner.store.records import LevelMeasurement
 
 LEVEL = LevelMeasurement(
@@ -16,16 +16,16 @@ LEVEL = LevelMeasurement(
 
 
 def test_a_single_measurement_shows_no_interval():
-    line = _level_line(replace(LEVEL, rounds=1))
+    line = level_line(replace(LEVEL, rounds=1))
     assert line.lstrip().startswith("c=16") and "±" not in line and "rounds" not in line
 
 
 def test_repeated_levels_show_the_interval_and_say_when_they_did_not_converge():
-    ok = _level_line(replace(LEVEL, rounds=3, output_tok_s_ci95=12.0, converged=True))
+    ok = level_line(replace(LEVEL, rounds=3, output_tok_s_ci95=12.0, converged=True))
     assert "400 tok/s/GPU ±3.0%" in ok and "3 rounds" in ok and "NOT CONVERGED" not in ok
-    bad = _level_line(replace(LEVEL, rounds=5, output_tok_s_ci95=60.0, converged=False))
+    bad = level_line(replace(LEVEL, rounds=5, output_tok_s_ci95=60.0, converged=False))
     assert "±15.0%" in bad and "5 rounds, NOT CONVERGED" in bad
 
 
 def test_an_open_loop_level_is_named_by_its_rate():
-    assert _level_line(replace(LEVEL, request_rate=2.5)).lstrip().startswith("2.5 req/s")
+    assert level_line(replace(LEVEL, request_rate=2.5)).lstrip().startswith("2.5 req/s")

@@ -13,7 +13,8 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from tuner.search.study import _worker_id, optuna_storage, recover
+from tuner.search.bridge import optuna_storage
+from tuner.search.recovery import recover, worker_id
 from tuner.store import Store
 
 
@@ -52,7 +53,7 @@ def test_a_dead_workers_server_is_reaped_and_its_trial_failed(setup):
     ctx.store.record_server(tid, host=host, pid=leftover.pid, pgid=leftover.pid,
                             create_time=psutil.Process(leftover.pid).create_time(),
                             log_path="/nonexistent/server.log")
-    live_trial, live_tid = _running_trial(ctx, study, host, _worker_id())
+    live_trial, live_tid = _running_trial(ctx, study, host, worker_id())
 
     try:
         recover(ctx, study)
@@ -77,7 +78,7 @@ def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
     ctx, study, host, said = setup
     trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
     trial.set_user_attr("worker_host", host)
-    trial.set_user_attr("worker", _worker_id())
+    trial.set_user_attr("worker", worker_id())
     tid = ctx.store.start_trial("s", trial.number, trial.params, worker_host=host,
                                 worker_pid=os.getpid())  # this process launched the server
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_plan import _context, small_spec
-from tuner.search import study as study_mod
+from tuner.search.bridge import load_or_create_study
 from tuner.spec.errors import BadInput
 
 NEW_FIELDS = ("prompt_file", "api", "output_len_from", "arrival", "request_rates", "max_rounds",
@@ -28,7 +28,7 @@ def store_older_study(ctx) -> None:
 def test_a_study_stored_before_the_new_workload_fields_resumes(tmp_path: Path):
     ctx = _context(small_spec(tmp_path), [])
     store_older_study(ctx)
-    assert study_mod.load_or_create_study(ctx).study_name == ctx.name
+    assert load_or_create_study(ctx).study_name == ctx.name
     ctx.store.close()
 
 
@@ -38,5 +38,5 @@ def test_a_changed_workload_is_still_refused(tmp_path: Path):
     w = ctx.spec.workload.model_copy(update={"max_rounds": 3})
     ctx.spec = ctx.spec.model_copy(update={"workload": w})
     with pytest.raises(BadInput, match="already exists with a different workload"):
-        study_mod.load_or_create_study(ctx)
+        load_or_create_study(ctx)
     ctx.store.close()

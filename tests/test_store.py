@@ -532,7 +532,7 @@ def test_open_loop_levels_may_share_a_concurrency_cap(store: Store):
 def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
     from alembic import command
 
-    from tuner.store.repository import _alembic_config
+    from tuner.store.bootstrap import _alembic_config
 
     engine = create_engine(_url(db_path))
     with engine.begin() as connection:

@@ -17,7 +17,8 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from tests.conftest import run_tuner
-from tuner.search.study import Heartbeat, optuna_storage, reap_stale
+from tuner.search.bridge import Heartbeat, optuna_storage
+from tuner.search.recovery import reap_stale
 from tuner.spec.study_spec import BudgetSpec
 from tuner.store import BudgetSpent, Store
 

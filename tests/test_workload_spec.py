@@ -72,12 +72,12 @@ def test_the_chat_example_spec_loads_with_its_prompt_file():
 
 def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
     from tests.test_plan import _context, small_spec
-    from tuner.search import study as study_mod
+    from tuner.measure.prompts import sweep_prompts
 
     ctx = _context(small_spec(tmp_path), [])
     w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2})
     ctx.spec = ctx.spec.model_copy(update={"workload": w})
-    prompts = study_mod.sweep_prompts(ctx)
+    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
     assert len(prompts) == w.prompts_needed()
     ins = [len(p.tokens) for p in prompts]
     outs = [p.output_len for p in prompts]

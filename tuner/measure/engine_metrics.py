@@ -12,13 +12,13 @@ generator's own event loop) and kept as maxima; preemptions are a counter's incr
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from dataclasses import dataclass
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from tuner.measure.records import EngineGauges
-from tuner.serve.launcher import http_get
 
 # Counter names per engine (vLLM 0.32, labelled engine="N"); engines not listed expose none that
 # tuner reads.
@@ -63,10 +63,18 @@ def read_spec_decode(engine: str, base_url: str) -> SpecDecodeCounts | None:
     names = SPEC_DECODE_COUNTERS.get(engine)
     if names is None:
         return None
-    got = http_get(base_url + "/metrics", timeout=5.0)
-    if got is None or got[0] != 200:
+    text = _metrics_text(base_url, timeout_s=5.0)
+    return None if text is None else parse_counters(text, names)
+
+
+def _metrics_text(base_url: str, timeout_s: float) -> str | None:
+    """The engine's /metrics page, or None when it does not answer 200 (between levels, from the
+    study's thread; during a level the gauges are scraped on the load generator's loop)."""
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=timeout_s) as r:  # noqa: S310
+            return r.read().decode(errors="replace") if r.status == 200 else None
+    except (OSError, ValueError):  # refused, reset, HTTP errors (URLError is an OSError)
         return None
-    return parse_counters(got[1].decode(errors="replace"), names)
 
 
 # Scheduler metrics per engine (names as vLLM 0.32 registers them in vllm/v1/metrics/loggers.py;

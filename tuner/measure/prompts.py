@@ -14,7 +14,9 @@ from pathlib import Path
 
 from tuner import DATA_DIR
 from tuner.measure.loadgen import Prompt
-from tuner.measure.prompt_file import FilePrompt, PromptFileError
+from tuner.measure.prompt_file import FilePrompt, PromptFileError, read_prompt_file
+from tuner.spec.errors import BadInput
+from tuner.spec.study_spec import WorkloadSpec
 
 
 def synthetic_token_prompts(
@@ -147,3 +149,46 @@ def file_prompts(records: list[FilePrompt], n: int, *, api: str, input_len: int,
             "workload.input_len or add shorter prompts")
     random.Random(seed).shuffle(chosen)
     return [chosen[i % len(chosen)] for i in range(n)]
+
+
+# ---------------------------------------------------------------- the prompts of a whole sweep
+
+
+def _tokenizer_json(w: WorkloadSpec, model_dir: Path) -> Path:
+    tokenizer = model_dir / "tokenizer.json"
+    if not tokenizer.is_file():
+        fix = ("use prompt_source synthetic" if w.api == "completions"
+               else "serve a model directory that has one")
+        raise BadInput(f"workload.prompt_source {w.prompt_source} needs the model's "
+                       f"tokenizer.json ({tokenizer} is missing): {fix}")
+    return tokenizer
+
+
+def sweep_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int) -> list[list[int] | Prompt]:
+    """One prompt per request of the whole sweep (every round of every level, warm-up included):
+    fresh ones, so none is served from a prefix cache, except that a prompt file shorter than
+    the sweep is cycled."""
+    n = w.prompts_needed()
+    if w.prompt_source == "file":
+        try:
+            records = read_prompt_file(Path(w.prompt_file))
+            return file_prompts(records, n, api=w.api, input_len=w.input_len,
+                                output_len=w.output_len, output_len_from=w.output_len_from,
+                                tokenizer_json=_tokenizer_json(w, model_dir), seed=w.seed)
+        except PromptFileError as e:
+            raise BadInput(str(e)) from e
+    if w.range_ratio:
+        # Windows as long as the longest draw, each cut to its own length.
+        longest_in = longest(w.input_len, w.range_ratio)
+        windows = (corpus_token_prompts(n, longest_in, _tokenizer_json(w, model_dir), w.seed)
+                   if w.prompt_source == "corpus" else
+                   synthetic_token_prompts(n=n, input_len=longest_in,
+                                           vocab_size=vocab_size, seed=w.seed))
+        spread = spread_prompts(windows, w.input_len, w.output_len, w.range_ratio, w.seed)
+        return as_text(spread, _tokenizer_json(w, model_dir)) if w.api == "chat" else spread
+    if w.prompt_source == "corpus":
+        if w.api == "chat":
+            return corpus_text_prompts(n, w.input_len, _tokenizer_json(w, model_dir), w.seed)
+        return corpus_token_prompts(n, w.input_len, _tokenizer_json(w, model_dir), w.seed)
+    return synthetic_token_prompts(n=n, input_len=w.input_len,
+                                   vocab_size=vocab_size, seed=w.seed, avoid_ids=())

@@ -13,7 +13,8 @@ from typing import Any
 
 import optuna
 
-from tuner.search.study import check_space, engine_settings, model_shape
+from tuner.search.context import check_space, engine_settings, model_shape
+from tuner.search.rules import config_key
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
 from tuner.spec.gpu_types import GpuType, gpu_type
@@ -83,7 +84,7 @@ def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | 
         trial = study.ask()
         params = space.sample(trial)
         study.tell(trial, 0.0)
-        key = repr(sorted(params.items()))
+        key = config_key(params)
         if key in seen:
             continue
         seen.add(key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -21,15 +21,16 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from tuner.plan import perfmodel as pm
+from tuner.search.loop import WarmStart
+from tuner.search.rules import config_key
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.sla import SLA
-from tuner.spec.space import ModelShape, SearchSpace, known_shapes
+from tuner.spec.space import Check, ModelShape, SearchSpace, describe, known_shapes
 from tuner.spec.study_spec import StudySpec
 
 SOURCE = "perfmodel"  # the store's source tag of every prediction
-Check = Callable[[dict[str, Any]], str | None]
 
 
 class PlanTarget(Protocol):
@@ -43,11 +44,6 @@ class PlanTarget(Protocol):
     inventory: Inventory
 
     def infeasible(self, config: dict[str, Any]) -> str | None: ...
-
-
-def config_key(params: dict[str, Any]) -> str:
-    """The identity of a configuration (as the study loop compares them)."""
-    return repr(sorted(params.items()))
 
 
 def model_for(spec: StudySpec, shape: ModelShape) -> pm.ModelFacts:
@@ -198,8 +194,6 @@ def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
 
 def summary_lines(plan: Plan, examples: int = 3) -> list[str]:
     """Counts, and examples of what cannot fit with the reason (pure; the CLI prints them)."""
-    from tuner.search.study import describe
-
     p = plan.prediction
     n_rules = len(plan.configs) - len(plan.modeled)
     no_fit = np.flatnonzero(~p.config_fits[:, 0])
@@ -221,8 +215,6 @@ def summary_lines(plan: Plan, examples: int = 3) -> list[str]:
 
 
 def _point(plan: Plan, m: int, j: int) -> dict[str, Any]:
-    from tuner.search.study import describe
-
     p = plan.prediction
     return {"config": describe(plan.params(m)), "c": plan.levels[j],
             "tok/s/GPU": float(p.tok_s_per_gpu[m, j]), "tok/s/user": float(p.tok_s_per_user[m, j]),
@@ -318,8 +310,8 @@ def stored_rows(plan: Plan, modeled: Sequence[int] | None = None) -> list[dict[s
 
 
 def key_digest(params: dict[str, Any]) -> str:
-    text = json.dumps(params, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(text.encode()).hexdigest()  # an identity, not a secret
+    """The stored form of a configuration's key (`config_key`), fixed-length for an index."""
+    return hashlib.sha1(config_key(params).encode()).hexdigest()  # an identity, not a secret
 
 
 def save(plan: Plan, store: Any, study_name: str,
@@ -335,18 +327,19 @@ def save(plan: Plan, store: Any, study_name: str,
 # ---------------------------------------------------------------- warm start
 
 
-def warm_start(target: PlanTarget, study: Any, k: int, *, done: set[str], store: Any,
-               study_name: str, checks: list[Check]) -> list[dict[str, Any]]:
-    """Enqueue the model's top k configurations that fit (not yet tried) as the study's next
-    trials; add the model's memory check to `checks`; store those predictions. Returns them."""
+def warm_start(target: PlanTarget, k: int, *, store: Any, study_name: str) -> WarmStart:
+    """The model's top k configurations that fit, as the study's first trials: the search calls
+    `choose` with the configurations already finished (they are skipped) and stores those
+    predictions, and rejects before launch what the model's memory check says cannot fit."""
     plan = make_plan(target)
-    checks.append(plan.fit_check())
-    picked = top_distinct(plan, k, skip=done)
-    for m in picked:
-        study.enqueue_trial(plan.params(m), skip_if_exists=True)
-    if picked:
-        save(plan, store, study_name, picked)
-    return [plan.params(m) for m in picked]
+
+    def choose(done: set[str]) -> list[dict[str, Any]]:
+        picked = top_distinct(plan, k, skip=done)
+        if picked:
+            save(plan, store, study_name, picked)
+        return [plan.params(m) for m in picked]
+
+    return WarmStart(check=plan.fit_check(), choose=choose)
 
 
 def top_distinct(plan: Plan, k: int, skip: Collection[str] = ()) -> list[int]:

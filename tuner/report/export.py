@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict
 
 import tuner
 from tuner import DATA_DIR
+from tuner.search.rules import best_level
 from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
-from tuner.spec.errors import BadInput, NoResult
+from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
 
 # 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
@@ -97,32 +98,6 @@ class ExportRecord(_Model):
     provenance: Provenance
 
 
-def best_trial(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
-    """The winner: the best confirmed trial, by the objective of its confirmation, among those
-    whose confirmation met the SLA; before any confirmation, the complete trial with the highest
-    objective among those that met the SLA (`is_confirmed` tells which)."""
-    confirmed = [t for t in trials if is_confirmed(t)]
-    if confirmed:
-        return max(confirmed, key=lambda t: t.confirm_objective)
-    ok = [t for t in trials if t.state == "complete" and t.meets_sla and t.objective is not None]
-    if not ok:
-        counts: dict[str, int] = {}
-        for t in trials:
-            counts[t.state] = counts.get(t.state, 0) + 1
-        seen = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-        raise NoResult(
-            f"study {study.name} has no trial that met the SLA ({seen}): relax the spec's sla, "
-            "widen the search space or run more trials; `tuner status` lists them"
-        )
-    return max(ok, key=lambda t: t.objective)
-
-
-def is_confirmed(trial: TrialRecord) -> bool:
-    """Re-run in a fresh server and met the SLA again (within its interval or not)."""
-    return (trial.confirm_state in ("confirmed", "differs") and bool(trial.confirm_meets_sla)
-            and trial.confirm_objective is not None)
-
-
 def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
     if trial.confirm_state is None:
         return None
@@ -155,8 +130,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     import yaml
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
-    best = max((m for m in trial.measurements if m.meets_sla),
-               key=lambda m: m.output_tok_s_per_gpu, default=None)
+    best, _ = best_level(trial.measurements)
     spec = study.spec
     return ExportRecord(
         study=study.name, trial=trial.number,

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
+from tuner.search.rules import met_sla
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
+
+# The column of a trial's objective, in the CLI's tables and the dashboard's alike.
+TOK_GPU = "tok/s/GPU"
 
 
 def _params_text(params: dict) -> str:
@@ -15,20 +21,35 @@ def _params_text(params: dict) -> str:
     return describe(params)
 
 
+def trial_row(t: TrialRecord) -> dict[str, Any]:
+    """The cells every trials table shows, each written here once: trial, state, config, the
+    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), GPUs, failure kind and
+    reason."""
+    return {
+        "trial": t.number,
+        "state": t.state,
+        "config": _params_text(t.params),
+        TOK_GPU: t.objective,
+        "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
+        "GPUs": t.gpus,
+        "failure": t.failure_kind,
+        "reason": t.failure_reason,
+    }
+
+
+def failure_text(row: dict[str, Any]) -> str | None:
+    """A `trial_row`'s failure as one cell, `kind: reason`; None when the trial did not fail."""
+    return f"{row['failure']}: {row['reason']}" if row["failure"] else None
+
+
 def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
+    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, gpus, reason."""
     rows = []
     for t in trials:
-        rows.append({
-            "trial": t.number,
-            "state": t.state,
-            "config": _params_text(t.params),
-            "tok/s/GPU": t.objective,
-            "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
-            "gpus": t.gpus,
-            "reason": (f"{t.failure_kind}: {t.failure_reason}" if t.failure_kind else None),
-        })
+        row = trial_row(t)
+        rows.append({**row, "gpus": row["GPUs"], "reason": failure_text(row)})
     # object dtype keeps ints as ints and None as None (no float coercion for display)
-    return pd.DataFrame(rows, columns=["trial", "state", "config", "tok/s/GPU", "SLA", "gpus",
+    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", "gpus",
                                        "reason"], dtype=object)
 
 
@@ -43,7 +64,7 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
     rows = []
     for s in studies:
         trials = trials_of(s.name)
-        ok = [t.objective for t in trials if t.meets_sla and t.objective is not None]
+        ok = [t.objective for t in trials if met_sla(t)]
         rows.append({"study": s.name, "engine": s.engine, "gpu type": s.gpu_type,
                      **state_counts(trials), "best tok/s/GPU": max(ok) if ok else None,
                      "created": s.created_at.strftime("%Y-%m-%d %H:%M")})

@@ -4,7 +4,7 @@ winner is named.
 One short measurement on a noisy node can crown a configuration by luck (a lucky round, a warm
 page cache, a neighbour that went quiet). So the top K complete trials that met the SLA are
 re-run through the same serving path as a trial, in a fresh server each; the winner is the best
-confirmed one (see `tuner.export.best_trial`), and a confirmation that lands further from the
+confirmed one (see `tuner.search.rules.winner`), and a confirmation that lands further from the
 first measurement than the measured interval allows is marked `differs`.
 """
 
@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tuner.search.rules import objective
+from tuner.search.context import StudyContext
+from tuner.search.rules import met_sla, objective
+from tuner.search.trial import serve_and_measure, server_for
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
@@ -40,7 +42,7 @@ class Confirmation:
 def candidates(trials: list[TrialRecord], k: int, *, again: bool = False) -> list[TrialRecord]:
     """The top k complete trials that met the SLA, by their first measurement; those confirmed
     already are left out unless `again`."""
-    ok = [t for t in trials if t.state == "complete" and t.meets_sla and t.objective is not None]
+    ok = [t for t in trials if met_sla(t)]
     top = sorted(ok, key=lambda t: t.objective, reverse=True)[:k]
     return top if again else [t for t in top if t.confirm_state is None]
 
@@ -81,11 +83,10 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement]) -> Confirmation:
     return Confirmation(trial.number, trial.params, "confirmed", first, value, True, None)
 
 
-def confirm_top(ctx, k: int = DEFAULT_TOP_K, *, again: bool = False) -> list[Confirmation]:
-    """Re-run the top k trials of the study in `ctx` (a `tuner.study.StudyContext`), one fresh
+def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
+                again: bool = False) -> list[Confirmation]:
+    """Re-run the top k trials of the study in `ctx` (a `StudyContext`), one fresh
     server each, one after another on the node's devices, and store each verdict."""
-    from tuner.search.study import serve_and_measure, server_for
-
     chosen = candidates(ctx.store.trials(ctx.name), k, again=again)
     if not chosen:
         ctx.say("confirmation: no unconfirmed trial among the top "

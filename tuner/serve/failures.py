@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import signal
+from pathlib import Path
 
 # Most specific first. Within a kind the FIRST occurrence in the log wins: what follows a root
 # cause (EngineDeadError, "see stack trace above") is its consequence.
@@ -71,3 +72,13 @@ def _reason(lines: list[str], i: int) -> str:
 
 def tail(text: str, n_lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-n_lines:])
+
+
+def read_log_tail(path: str | None, n_lines: int = 40) -> str | None:
+    """The last lines of a server log file; None when there is none or it cannot be read."""
+    if not path:
+        return None
+    try:
+        return tail(Path(path).read_text(errors="replace"), n_lines)
+    except OSError:
+        return None

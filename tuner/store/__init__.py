@@ -1,15 +1,22 @@
-from tuner.store.records import LevelMeasurement
-from tuner.store.repository import (
-    BudgetSpent,
+"""The study database: tuner's records beside Optuna's tables in one database.
+
+`bootstrap` opens and checks a database and migrates its schema; `repository` is the `Store` of
+studies, trials, measurements, predictions and servers; `records` holds the plain records it
+returns (and the budget rule); `rows` converts between rows and records.
+
+This package may import only `db`, `tuner.spec`, `tuner` itself and third-party libraries.
+"""
+
+from tuner.store.bootstrap import mask_url, sqlite_file
+from tuner.store.errors import BudgetSpent, StoreError
+from tuner.store.records import (
+    LevelMeasurement,
     PredictionRecord,
     ServerRecord,
-    Store,
-    StoreError,
     StudyRecord,
     TrialRecord,
-    mask_url,
-    sqlite_file,
 )
+from tuner.store.repository import Store
 
 __all__ = ["BudgetSpent", "LevelMeasurement", "PredictionRecord", "ServerRecord", "Store",
            "StoreError", "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]

@@ -6,7 +6,8 @@ Times are seconds from `time.perf_counter()` unless a name says `_ms`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import datetime as dt
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -92,3 +93,84 @@ def counts_toward_budget(state: str, failure_kind: str | None) -> bool:
     """Whether a finished trial spent the study's budget (see BUDGET_STATES)."""
     return state in BUDGET_STATES and not (state == "failed"
                                            and failure_kind in NOT_COUNTED_FAILURES)
+
+
+# The verdicts of a trial's re-run in a fresh server (`tuner confirm`).
+CONFIRM_STATES = ("confirmed", "differs", "failed")
+
+
+@dataclass
+class StudyRecord:
+    id: int
+    name: str
+    engine: str
+    model: str
+    gpu_type: str
+    spec: dict
+    space: dict
+    tuner_version: str
+    created_at: dt.datetime
+
+
+@dataclass
+class TrialRecord:
+    id: int
+    study_name: str
+    number: int
+    state: str
+    params: dict
+    launch_plan: dict | None
+    objective: float | None
+    meets_sla: bool | None
+    failure_kind: str | None
+    failure_reason: str | None
+    log_tail: str | None
+    log_path: str | None
+    engine_version: str | None
+    gpus: int | None
+    hardware: dict | None
+    worker_host: str | None
+    worker_pid: int | None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    measurements: list[LevelMeasurement]  # the trial's own sweep, in sweep order
+    # Its re-run in a fresh server (`tuner confirm`); None and [] until confirmed.
+    confirm_state: str | None = None  # confirmed | differs | failed
+    confirm_objective: float | None = None
+    confirm_meets_sla: bool | None = None
+    confirm_reason: str | None = None
+    confirmed_at: dt.datetime | None = None
+    confirmation: list[LevelMeasurement] = field(default_factory=list)
+
+
+@dataclass
+class PredictionRecord:
+    """A stored prediction (never a measurement): one configuration at one concurrency level."""
+
+    study_name: str
+    source: str
+    engine: str
+    gpu_type: str
+    calibration: str
+    config_key: str
+    params: dict
+    concurrency: int
+    fits: bool
+    output_tok_s_per_gpu: float
+    tok_s_per_user: float
+    ttft_ms: float
+    meets_sla: bool
+    reason: str | None
+    created_at: dt.datetime
+
+
+@dataclass
+class ServerRecord:
+    trial_id: int
+    host: str
+    pid: int
+    pgid: int
+    create_time: float
+    log_path: str
+    started_at: dt.datetime
+    worker_pid: int | None = None  # the tuner process that launched it

@@ -1,160 +1,48 @@
 """The study database: tuner's records, kept beside Optuna's tables in the same database.
 
-This is the only storage API the rest of tuner uses. A database is checked before anything is
-written to it: a file that is not tuner's (or Optuna's) is refused and left exactly as it was.
-SQLite files run in WAL mode so a dashboard can read while a study writes.
+This is the only storage API the rest of tuner uses: the `Store`, its studies, trials,
+measurements, servers and predictions. Opening and checking a database is `bootstrap`'s; turning
+rows into records is `rows`'.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
-import os
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
-from optuna.storages._rdb import models as optuna_models
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Select,
-    and_,
-    create_engine,
-    delete,
-    event,
-    func,
-    insert,
-    inspect,
-    or_,
-    select,
-    update,
+from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import PredictionModel, ServerModel, StudyModel, TrialModel
+from tuner.store import bootstrap
+from tuner.store.bootstrap import _PG_BUDGET_LOCK, _cause, _hint
+from tuner.store.errors import BudgetSpent, StoreError
+from tuner.store.records import (
+    CONFIRM_STATES,
+    LevelMeasurement,
+    PredictionRecord,
+    ServerRecord,
+    StudyRecord,
+    TrialRecord,
 )
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
-from sqlalchemy.orm import Session, selectinload, sessionmaker
-from sqlalchemy.pool import NullPool
-
-import db
-from db.models import (
-    TABLE_PREFIX,
-    TRIAL_STATES,
-    VERSION_TABLE,
-    MeasurementModel,
-    PredictionModel,
-    ServerModel,
-    StudyModel,
-    TrialModel,
+from tuner.store.rows import (
+    _PREDICTION_ROW,
+    _budget_count,
+    _check_finished_state,
+    _measurement_rows,
+    _now,
+    _prediction_record,
+    _server_record,
+    _study_record,
+    _trial_record,
+    _trials_query,
 )
-from tuner.store.records import BUDGET_STATES, NOT_COUNTED_FAILURES, LevelMeasurement
 
-__all__ = ["BudgetSpent", "PredictionRecord", "ServerRecord", "Store", "StoreError",
-           "StudyRecord", "TrialRecord"]
-
-_MIGRATIONS = Path(db.__file__).resolve().parent / "migrations"
-_SQLITE_HEADER = b"SQLite format 3\x00"
-_SQLITE_TIMEOUT_S = 30  # how long a writer waits for another's lock before failing
-_FINISHED_STATES = tuple(s for s in TRIAL_STATES if s != "running")
-# Any fixed key: serializes migrations of workers sharing one PostgreSQL database.
-_PG_MIGRATION_LOCK = 7_202_511
-# With the study's own key: serializes workers claiming a trial of one study's budget.
-_PG_BUDGET_LOCK = 7_202_512
-
-
-class StoreError(Exception):
-    """The study database cannot do what was asked. str(e) is one line: the problem and the fix."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
-
-
-class BudgetSpent(Exception):
-    """A trial was refused because the study's budget is spent (by this or another worker)."""
-
-
-@dataclass
-class StudyRecord:
-    id: int
-    name: str
-    engine: str
-    model: str
-    gpu_type: str
-    spec: dict
-    space: dict
-    tuner_version: str
-    created_at: dt.datetime
-
-
-@dataclass
-class TrialRecord:
-    id: int
-    study_name: str
-    number: int
-    state: str
-    params: dict
-    launch_plan: dict | None
-    objective: float | None
-    meets_sla: bool | None
-    failure_kind: str | None
-    failure_reason: str | None
-    log_tail: str | None
-    log_path: str | None
-    engine_version: str | None
-    gpus: int | None
-    hardware: dict | None
-    worker_host: str | None
-    worker_pid: int | None
-    started_at: dt.datetime
-    finished_at: dt.datetime | None
-    measurements: list[LevelMeasurement]  # the trial's own sweep, in sweep order
-    # Its re-run in a fresh server (`tuner confirm`); None and [] until confirmed.
-    confirm_state: str | None = None  # confirmed | differs | failed
-    confirm_objective: float | None = None
-    confirm_meets_sla: bool | None = None
-    confirm_reason: str | None = None
-    confirmed_at: dt.datetime | None = None
-    confirmation: list[LevelMeasurement] = field(default_factory=list)
-
-
-@dataclass
-class PredictionRecord:
-    """A stored prediction (never a measurement): one configuration at one concurrency level."""
-
-    study_name: str
-    source: str
-    engine: str
-    gpu_type: str
-    calibration: str
-    config_key: str
-    params: dict
-    concurrency: int
-    fits: bool
-    output_tok_s_per_gpu: float
-    tok_s_per_user: float
-    ttft_ms: float
-    meets_sla: bool
-    reason: str | None
-    created_at: dt.datetime
-
-
-@dataclass
-class ServerRecord:
-    trial_id: int
-    host: str
-    pid: int
-    pgid: int
-    create_time: float
-    log_path: str
-    started_at: dt.datetime
-    worker_pid: int | None = None  # the tuner process that launched it
+__all__ = ["Store"]
 
 
 class Store:
@@ -173,26 +61,7 @@ class Store:
         Nothing is written before every check has passed, and nothing at all to a database that
         is already up to date, so a dashboard can open one it may only read.
         """
-        parsed = _parse_url(url)
-        path = _sqlite_file(parsed)
-        where = str(path) if path is not None else parsed.render_as_string(hide_password=True)
-        if path is not None:
-            _check_sqlite_path(path, create=create)
-        engine = _create_engine(parsed, where)
-        try:
-            revisions = _check_contents(engine, where, sqlite_file=path is not None, create=create)
-            if path is not None:
-                _use_wal(engine)
-            if revisions != {_head_revision()}:
-                _upgrade(engine, parsed)
-        except StoreError:
-            engine.dispose()
-            raise
-        except (SQLAlchemyError, CommandError) as e:
-            engine.dispose()
-            raise StoreError(
-                f"cannot open {where}: {_cause(e)}: check the database is reachable and writable"
-            ) from e
+        engine, where = bootstrap.open_engine(url, create=create)
         return cls(engine, url, where)
 
     @property
@@ -213,21 +82,8 @@ class Store:
         """Held while Optuna creates or checks its own tables in this database. On PostgreSQL,
         workers starting at once on a fresh database would race on CREATE TABLE; this is the
         lock tuner's own migrations take, so setups run one at a time."""
-        if self._engine.dialect.name != "postgresql":
+        with bootstrap.setup_lock(self._engine, self._where):
             yield
-            return
-        try:
-            connection = self._engine.connect()
-            connection.exec_driver_sql(f"SELECT pg_advisory_lock({_PG_MIGRATION_LOCK})")
-            connection.commit()
-        except SQLAlchemyError as e:
-            raise StoreError(f"cannot lock {self._where} for setup: {_cause(e)}") from e
-        try:
-            yield
-        finally:
-            connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_PG_MIGRATION_LOCK})")
-            connection.commit()
-            connection.close()
 
     # -- studies ------------------------------------------------------------------------------
 
@@ -597,347 +453,3 @@ class Store:
                 f"trial {number} of study {study.name!r} is already recorded: "
                 "record each Optuna trial number once"
             )
-
-
-# -- opening ----------------------------------------------------------------------------------
-
-
-def _parse_url(url: str) -> URL:
-    try:
-        return make_url(url)
-    except ArgumentError as e:
-        raise StoreError(
-            f"cannot parse storage URL {url if '@' not in url else '<with credentials>'!r}: "
-            "pass e.g. sqlite:///tuner.db or "
-            "postgresql://user@host/db"
-        ) from e
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The database file of an SQLite storage URL; None for other backends, memory, URI
-    filenames and URLs that do not parse."""
-    try:
-        return _sqlite_file(_parse_url(url))
-    except StoreError:
-        return None
-
-
-def _sqlite_file(url: URL) -> Path | None:
-    """The database file of an SQLite URL; None for other backends, memory and URI filenames."""
-    if url.get_backend_name() != "sqlite":
-        return None
-    database = url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    if str(url.query.get("uri", "")).lower() in ("true", "1"):
-        return None
-    return Path(database)
-
-
-def _check_sqlite_path(path: Path, *, create: bool) -> None:
-    """Refuse what is not an SQLite database (or a new file we may create), only by looking."""
-    if not path.exists():
-        if not create:
-            raise _no_database(str(path))
-        if not path.parent.is_dir():
-            raise StoreError(
-                f"cannot create {path}: directory {path.parent} does not exist: "
-                "create it or choose another --storage"
-            )
-        return
-    if path.is_dir():
-        raise StoreError(
-            f"{path} is a directory, not a database file: pass a file path such as "
-            f"--storage sqlite:///{path / 'tuner.db'}"
-        )
-    if not path.is_file():
-        raise StoreError(f"{path} is not a regular file: choose another --storage")
-    if not os.access(path, os.R_OK):
-        raise StoreError(
-            f"cannot read {path}: permission denied: "
-            "fix its permissions or choose another --storage"
-        )
-    try:
-        with path.open("rb") as f:
-            header = f.read(len(_SQLITE_HEADER))
-    except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror}: choose another --storage") from e
-    # An empty file is a valid, empty SQLite database.
-    if header and header != _SQLITE_HEADER:
-        raise StoreError(f"{path} is not an SQLite database: choose another --storage")
-
-
-def _no_database(where: str) -> StoreError:
-    return StoreError(f"no study database at {where}: run `tuner run` first or pass --storage")
-
-
-def _create_engine(url: URL, where: str) -> Engine:
-    try:
-        if url.get_backend_name() == "sqlite":
-            engine = create_engine(url, connect_args={"timeout": _SQLITE_TIMEOUT_S})
-            event.listen(engine, "connect", _sqlite_foreign_keys_on)
-            return engine
-        # Long studies outlive idle server connections: test each before use.
-        return create_engine(url, pool_pre_ping=True)
-    except ArgumentError as e:
-        raise StoreError(f"cannot use {where}: {e}: pass a sqlite:// or postgresql:// URL") from e
-    except ImportError as e:
-        raise StoreError(f"cannot use {where}: {e}: install the database driver") from e
-
-
-def _sqlite_foreign_keys_on(dbapi_connection: Any, connection_record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
-
-
-def _check_contents(engine: Engine, where: str, *, sqlite_file: bool, create: bool) -> set[str]:
-    """Read-only checks: no foreign tables (SQLite), tuner's tables if required, a known schema.
-
-    Returns the database's tuner schema revisions (none for a database without tuner's tables).
-    """
-    with engine.connect() as connection:
-        tables = set(inspect(connection).get_table_names())
-        if sqlite_file:
-            foreign = sorted(t for t in tables if not _is_ours(t))
-            if foreign:
-                raise StoreError(
-                    f"{where} is not a tuner database (it has tables {_some(foreign)}): "
-                    "choose another --storage"
-                )
-        if VERSION_TABLE not in tables:
-            if not create:
-                raise _no_database(where)
-            return set()
-        heads = set(_migration_context(connection).get_current_heads())
-    unknown = sorted(heads - _known_revisions())
-    if unknown:
-        raise StoreError(
-            f"{where} was created by a newer tuner (schema revision {unknown[0]}): "
-            "upgrade tuner or choose another --storage"
-        )
-    return heads
-
-
-def _is_ours(table: str) -> bool:
-    """tuner's own tables, or Optuna's, which share the database by design."""
-    return table.startswith(TABLE_PREFIX) or table in _optuna_tables()
-
-
-@functools.cache
-def _optuna_tables() -> frozenset[str]:
-    return frozenset(optuna_models.BaseModel.metadata.tables) | {"alembic_version"}
-
-
-def _some(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
-
-
-def _use_wal(engine: Engine) -> None:
-    # Persistent in the file: readers (the dashboard) no longer block the writer, nor it them.
-    with engine.connect() as connection:
-        if connection.exec_driver_sql("PRAGMA journal_mode").scalar() != "wal":
-            connection.exec_driver_sql("PRAGMA journal_mode=WAL")
-
-
-def _upgrade(engine: Engine, url: URL) -> None:
-    """`alembic upgrade head` in one transaction that holds the write lock, so workers opening a
-    fresh database at the same time migrate it once (Alembic re-reads the revision under it)."""
-    if url.get_backend_name() == "sqlite":
-        migration_engine = _sqlite_migration_engine(url)
-        try:
-            with migration_engine.begin() as connection:
-                command.upgrade(_alembic_config(connection), "head")
-        finally:
-            migration_engine.dispose()
-        return
-    with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
-        command.upgrade(_alembic_config(connection), "head")
-
-
-def _sqlite_migration_engine(url: URL) -> Engine:
-    """An engine whose transactions start with BEGIN IMMEDIATE and include DDL.
-
-    Python's sqlite3 emits no BEGIN before DDL, so a migration would otherwise commit statement
-    by statement and two processes could both try to create the tables.
-    """
-    engine = create_engine(url, connect_args={"timeout": _SQLITE_TIMEOUT_S}, poolclass=NullPool)
-
-    @event.listens_for(engine, "connect")
-    def _driver_leaves_transactions_to_us(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin_immediate(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-    return engine
-
-
-def _alembic_config(connection: Connection | None = None) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(_MIGRATIONS))
-    if connection is not None:
-        config.attributes["connection"] = connection
-    return config
-
-
-def _migration_context(connection: Connection) -> MigrationContext:
-    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-
-
-@functools.cache
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(_alembic_config())
-
-
-def _known_revisions() -> frozenset[str]:
-    return frozenset(rev.revision for rev in _scripts().walk_revisions())
-
-
-def _head_revision() -> str | None:
-    return _scripts().get_current_head()
-
-
-# -- rows to records --------------------------------------------------------------------------
-
-_MEASUREMENT_FIELDS = tuple(f.name for f in fields(LevelMeasurement))
-CONFIRM_STATES = ("confirmed", "differs", "failed")
-
-
-def _measurement_rows(trial_id: int, run: int,
-                      measurements: Sequence[LevelMeasurement]) -> list[MeasurementModel]:
-    # A level's position in the sweep is its key: open-loop levels share one concurrency cap.
-    return [MeasurementModel(trial_id=trial_id, run=run, level=i, **m.to_dict())
-            for i, m in enumerate(measurements)]
-
-
-def _budget_count(study_id: int) -> Select:
-    # counts_toward_budget in SQL, plus the running trials' claims.
-    finished = [s for s in BUDGET_STATES if s != "failed"]
-    counts = or_(TrialModel.state.in_(("running", *finished)),
-                 and_(TrialModel.state == "failed",
-                      func.coalesce(TrialModel.failure_kind, "").not_in(NOT_COUNTED_FAILURES)))
-    return select(func.count()).select_from(TrialModel).where(TrialModel.study_id == study_id,
-                                                              counts)
-
-
-def _trials_query(study_name: str) -> Select:
-    return (
-        select(TrialModel)
-        .join(TrialModel.study)
-        .where(StudyModel.name == study_name)
-        .order_by(TrialModel.number)
-        .options(selectinload(TrialModel.measurements))
-    )
-
-
-def _study_record(row: StudyModel) -> StudyRecord:
-    return StudyRecord(
-        id=row.id,
-        name=row.name,
-        engine=row.engine,
-        model=row.model,
-        gpu_type=row.gpu_type,
-        spec=row.spec,
-        space=row.space,
-        tuner_version=row.tuner_version,
-        created_at=row.created_at,
-    )
-
-
-def _trial_record(row: TrialModel, study_name: str) -> TrialRecord:
-    return TrialRecord(
-        id=row.id,
-        study_name=study_name,
-        number=row.number,
-        state=row.state,
-        params=row.params,
-        launch_plan=row.launch_plan,
-        objective=row.objective,
-        meets_sla=row.meets_sla,
-        failure_kind=row.failure_kind,
-        failure_reason=row.failure_reason,
-        log_tail=row.log_tail,
-        log_path=row.log_path,
-        engine_version=row.engine_version,
-        gpus=row.gpus,
-        hardware=row.hardware,
-        worker_host=row.worker_host,
-        worker_pid=row.worker_pid,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        measurements=[_measurement(m) for m in row.measurements if m.run == 0],
-        confirm_state=row.confirm_state,
-        confirm_objective=row.confirm_objective,
-        confirm_meets_sla=row.confirm_meets_sla,
-        confirm_reason=row.confirm_reason,
-        confirmed_at=row.confirmed_at,
-        confirmation=[_measurement(m) for m in row.measurements if m.run == 1],
-    )
-
-
-def _measurement(row: MeasurementModel) -> LevelMeasurement:
-    return LevelMeasurement(**{name: getattr(row, name) for name in _MEASUREMENT_FIELDS})
-
-
-_PREDICTION_ROW = ("config_key", "params", "concurrency", "fits", "output_tok_s_per_gpu",
-                   "tok_s_per_user", "ttft_ms", "meets_sla", "reason")
-
-
-def _prediction_record(row: PredictionModel) -> PredictionRecord:
-    return PredictionRecord(**{f.name: getattr(row, f.name) for f in fields(PredictionRecord)})
-
-
-def _server_record(row: ServerModel) -> ServerRecord:
-    return ServerRecord(
-        trial_id=row.trial_id,
-        host=row.host,
-        pid=row.pid,
-        pgid=row.pgid,
-        create_time=row.create_time,
-        log_path=row.log_path,
-        started_at=row.started_at,
-    )
-
-
-# -- small helpers ----------------------------------------------------------------------------
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def _check_finished_state(state: str) -> None:
-    if state in _FINISHED_STATES:
-        return
-    expected = ", ".join(_FINISHED_STATES)
-    if state in TRIAL_STATES:
-        raise ValueError(f"a trial cannot finish as {state!r}: expected one of {expected}")
-    raise ValueError(f"unknown trial state {state!r}: expected one of {expected}")
-
-
-def _cause(e: BaseException) -> str:
-    """The driver's own message when there is one (SQLAlchemy's adds the SQL and a link)."""
-    orig = getattr(e, "orig", None)
-    text = " ".join(str(orig if orig is not None else e).split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _hint(e: SQLAlchemyError) -> str:
-    if isinstance(e, IntegrityError):
-        return ": a record with the same key exists, or one it refers to is missing"
-    if isinstance(e, OperationalError):
-        return ": check the database is reachable, writable and not locked by another process"
-    return ""
-
-
-def mask_url(url: str) -> str:
-    """A storage URL with any password replaced by ***, for printing and logging."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # an unparsable URL is reported elsewhere; never print it raw
-        return "<storage url>"

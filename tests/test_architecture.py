@@ -1,0 +1,96 @@
+"""The package's shape: packages by pipeline stage whose dependencies point down only
+(import-linter's contracts in pyproject.toml), small modules, and each domain rule written once."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "tuner"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+MAX_LINES = 500
+# Each rule has one definition; everything else calls it.
+RULES = {
+    "config_key": "tuner/search/rules.py",
+    "best_level": "tuner/search/rules.py",
+    "objective": "tuner/search/rules.py",
+    "met_sla": "tuner/search/rules.py",
+    "is_confirmed": "tuner/search/rules.py",
+    "winner": "tuner/search/rules.py",
+    "launched": "tuner/search/rules.py",
+    "counts_toward_budget": "tuner/store/records.py",  # the store's atomic claim needs it below
+    "sqlite_file": "tuner/store/bootstrap.py",
+    "confidence_text": "tuner/measure/metrics.py",
+}
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_layer_contracts_hold():
+    proc = lint_imports(REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout
+
+
+def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path):
+    for part in ("tuner", "db"):
+        shutil.copytree(REPO / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    planted = tmp_path / "tuner" / "spec" / "errors.py"
+    planted.write_text(planted.read_text() + "\nimport tuner.cli  # a spec reaching the CLI\n")
+
+    proc = lint_imports(tmp_path)
+
+    assert proc.returncode != 0
+    assert "Packages by pipeline stage: dependencies point down only BROKEN" in proc.stdout
+    assert "tuner.spec.errors -> tuner.cli" in proc.stdout
+
+
+def test_the_contract_copy_is_checked_as_it_is_when_nothing_is_planted(tmp_path: Path):
+    # The planted test above proves something only if the copy passes without the plant.
+    for part in ("tuner", "db"):
+        shutil.copytree(REPO / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    assert lint_imports(tmp_path).returncode == 0
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in modules()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_every_package_says_what_it_owns_and_what_it_may_import():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "import" in doc, f"{init.relative_to(REPO)} needs a docstring naming its imports"
+
+
+def test_each_domain_rule_is_defined_once_where_it_belongs():
+    defined: dict[str, list[str]] = {}
+    for path in modules():
+        for node in ast.parse(path.read_text()).body:  # module-level functions
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in RULES:
+                defined.setdefault(node.name, []).append(str(path.relative_to(REPO)))
+    assert defined == {name: [where] for name, where in RULES.items()}
+
+
+def test_no_copy_of_the_configuration_key_remains():
+    # The copies that drifted were `repr(sorted(params.items()))` and ad-hoc JSON dumps.
+    for path in modules():
+        assert "repr(sorted(" not in path.read_text(), path

@@ -1,0 +1,148 @@
+"""The Typer app, the options, printer and helpers its command groups share, and main(), which
+maps a command's outcome to tuner's exit status."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tuner.spec.errors import EXIT_INTERRUPTED, BadInput, NoResult, TunerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest way to serve an LLM by launching real serving trials.")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+StorageOpt = Annotated[str | None, typer.Option("--storage", envvar="TUNER_STORAGE",
+                                                show_envvar=False, help="Database URL "
+                                                "(default: $TUNER_STORAGE, else "
+                                                "sqlite:///tuner.db).")]
+StudyOpt = Annotated[str | None, typer.Option("--study", help="Study name (default: the only "
+                                              "study in the database).")]
+
+
+def _say(line: str) -> None:
+    out.print(line)
+
+
+def _open(storage: str | None):
+    from tuner.spec.study_spec import DEFAULT_STORAGE
+    from tuner.store import Store, StoreError
+
+    try:
+        return Store.open(storage or DEFAULT_STORAGE, create=False)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def _pick_study(store, name: str | None):
+    studies = store.list_studies()
+    if name is not None:
+        found = store.get_study(name)
+        if found is None:
+            names = ", ".join(s.name for s in studies) or "none"
+            raise BadInput(f"--study {name}: no such study in this database (studies: {names})")
+        return found
+    if not studies:
+        raise NoResult("the database holds no study yet: run `tuner run STUDY.yaml` first")
+    if len(studies) > 1:
+        names = ", ".join(s.name for s in studies)
+        raise BadInput(f"the database holds several studies ({names}): choose one with --study")
+    return studies[0]
+
+
+def _table(frame, width: int = 70) -> str:
+    """A frame as text: numbers with thousands separators, '-' for missing, long text cut."""
+    def cell(v):
+        if v is None or (isinstance(v, float) and v != v):
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
+        text = str(v)
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    return frame.astype(object).map(cell).to_string(index=False)
+
+
+def _print_trials(trials) -> None:
+    from tuner.report.tables import trials_frame
+
+    frame = trials_frame(trials)
+    out.print(_table(frame) if not frame.empty else "no trials yet")
+
+
+def _print_best(study, best, trials) -> None:
+    from tuner.report.tables import measurements_frame
+    from tuner.search.rules import is_confirmed, met_sla
+    from tuner.spec.space import describe
+
+    out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
+    out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
+              f"{study.engine} {best.engine_version or ''}".rstrip())
+    out.print(_table(measurements_frame(best.measurements)))
+    if best.confirm_state is None:
+        out.print("  not confirmed: `tuner confirm STUDY.yaml` re-runs the best trials in fresh "
+                  "servers")
+        return
+    again = ("" if best.confirm_objective is None
+             else f", {best.confirm_objective:,.0f} tok/s/GPU")
+    out.print(f"  confirmation in a fresh server: {best.confirm_state}{again}"
+              + (f" ({best.confirm_reason})" if best.confirm_reason else ""))
+    out.print(_table(measurements_frame(best.confirmation)))
+    higher = [t.number for t in trials if met_sla(t)
+              and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
+    if is_confirmed(best) and higher:
+        out.print(f"  unconfirmed trial(s) {', '.join(map(str, higher))} measured higher once: "
+                  "`tuner confirm` re-runs them")
+
+
+def _store(url: str):
+    from tuner.store import Store, StoreError
+
+    try:
+        return Store.open(url)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def main() -> None:
+    """Run the app. Exit statuses: 0 ok; 2 bad input (a spec, flag, file or database that cannot
+    be used as given); 3 no result (no trial met the SLA); 130 interrupted."""
+    try:
+        app(standalone_mode=False)
+    except TunerError as e:
+        err.print(f"error: {e}")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err.print("interrupted: the running trial was stopped and recorded as failed")
+        sys.exit(EXIT_INTERRUPTED)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:  # click usage errors come through here in standalone_mode=False
+        usage, abort = _click_errors()
+        if isinstance(e, usage):
+            message = e.format_message()
+            if message:  # bare `tuner` printed its help already
+                err.print(f"error: {message}")
+            sys.exit(2)
+        if isinstance(e, abort):
+            sys.exit(EXIT_INTERRUPTED)
+        raise
+
+
+def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """Click's usage-error and abort types: Typer 0.29 raises its own (`typer.Abort`, and the
+    usage errors of the copy of Click it bundles), older Typers those of Click itself."""
+    import click
+
+    usage: list[type] = [click.exceptions.ClickException]
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        pass
+    else:
+        usage.append(ClickException)
+    return tuple(usage), (click.exceptions.Abort, typer.Abort)

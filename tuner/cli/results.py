@@ -1,0 +1,98 @@
+"""Reading a study's results: `tuner status`, `tuner best` and `tuner export`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tuner.cli.app import (
+    StorageOpt,
+    StudyOpt,
+    _open,
+    _pick_study,
+    _print_best,
+    _print_trials,
+    _table,
+    app,
+    out,
+)
+from tuner.spec.errors import BadInput
+
+
+@app.command()
+def status(storage: StorageOpt = None, study: StudyOpt = None) -> None:
+    """Studies in the database; with --study (or a single study), its trials."""
+    from tuner.report.tables import studies_frame
+
+    store = _open(storage)
+    studies = store.list_studies()
+    if study is None and len(studies) != 1:
+        if not studies:
+            out.print("the database holds no study yet")
+            return
+        out.print(_table(studies_frame(studies, store.trials)))
+        return
+    chosen = _pick_study(store, study)
+    out.print(_table(studies_frame([chosen], store.trials)))
+    out.print("")
+    _print_trials(store.trials(chosen.name))
+
+
+@app.command()
+def best(storage: StorageOpt = None, study: StudyOpt = None) -> None:
+    """The best trial that met the SLA; exits 3 when there is none."""
+    from tuner.search.rules import winner
+
+    store = _open(storage)
+    chosen = _pick_study(store, study)
+    trials = store.trials(chosen.name)
+    _print_best(chosen, winner(chosen, trials), trials)
+
+
+@app.command()
+def export(
+    storage: StorageOpt = None,
+    study: StudyOpt = None,
+    fmt: Annotated[list[str] | None, typer.Option("--format", help="the study's engine (vllm: "
+                   "config.yaml + launch.sh), json (best.json), k8s (k8s.yaml) or k8s-workers "
+                   "(k8s-workers.yaml: a Job of --workers `tuner worker` pods on this study); "
+                   "repeat for several. Default: the engine's files and json.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Directory (default "
+                       "tuner-exports/STUDY).")] = None,
+    trial: Annotated[int | None, typer.Option("--trial", help="Export this trial instead of "
+                     "the best.")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="With --format "
+                       "k8s-workers: how many worker pods.")] = 2,
+    image: Annotated[str | None, typer.Option("--image", help="With --format k8s-workers: "
+                     "the workers' image (tuner and the engine installed).")] = None,
+    secret: Annotated[str, typer.Option("--secret", help="With --format k8s-workers: the "
+                      "Secret whose key `url` holds the storage URL.")] = "tuner-storage",
+) -> None:
+    """Export the best configuration (or --trial N) as files a deploy runs as-is."""
+    from tuner.report.export import WORKERS_FORMAT, default_formats, write_export
+    from tuner.search.rules import winner
+
+    store = _open(storage)
+    chosen = _pick_study(store, study)
+    directory = out_dir or Path("tuner-exports") / chosen.name
+    if fmt and WORKERS_FORMAT in fmt:
+        from tuner.report.export import write_workers_job
+
+        out.print(str(write_workers_job(chosen, directory, workers=workers, image=image,
+                                        secret=secret)))
+        fmt = [f for f in fmt if f != WORKERS_FORMAT]
+        if not fmt:
+            return
+    trials = store.trials(chosen.name)
+    if trial is None:
+        picked = winner(chosen, trials)
+    else:
+        picked = next((t for t in trials if t.number == trial and t.state == "complete"), None)
+        if picked is None:
+            raise BadInput(f"--trial {trial}: no complete trial with that number in study "
+                           f"{chosen.name}")
+    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)))
+    for f in files:
+        out.print(str(f))

@@ -1,0 +1,159 @@
+"""The one bridge to Optuna: its storage on the study database, the sampler, the study itself,
+what the sampler is told of failures and repeats, and the heartbeats of running trials."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from pydantic import ValidationError
+
+import tuner
+from tuner.search.context import Say, StudyContext
+from tuner.spec.errors import BadInput
+from tuner.spec.study_spec import BudgetSpec, StudySpec
+from tuner.store import Store, TrialRecord, mask_url
+
+# tuner asks and tells with heartbeats on, beating from its own thread (Heartbeat below):
+# Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for
+# the heartbeat API, would be printed at every ask.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", module="optuna")
+warnings.filterwarnings("ignore", message=r".*(heartbeat|fail_stale_trials|retried_trial_number)",
+                        category=optuna.exceptions.ExperimentalWarning)
+
+# Parts of a spec that define what is measured: a resumed study must not change them.
+_DEFINING = ("model", "engine", "hardware", "workload", "sla", "objective")
+
+
+def optuna_storage(url: str, budget: BudgetSpec | None = None,
+                   store: Store | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the study database; with a budget's heartbeat settings, trials of a
+    worker that stops beating are failed by the others and retried once (Optuna's own
+    heartbeat and retry callback: tuner adds no scheduler of its own). With the `store` of the
+    same database, Optuna sets up its tables under the store's setup lock."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True  # long trials outlive idle server connections
+    beats: dict[str, Any] = {}
+    if budget is not None:
+        beats = {"heartbeat_interval": budget.heartbeat_interval_s,
+                 "grace_period": budget.heartbeat_grace_s,
+                 "heartbeat_stale_trial_callback":
+                     optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+    if store is None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
+    with store.setup_lock():
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
+
+
+def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
+    s = spec.sampler
+    if s.name == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+
+
+def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as today's StudySpec writes it: fields added since it was stored take their
+    defaults, which measure what was measured before (one round, closed loop, completions), so
+    resuming an older study is not refused for them. A spec that no longer validates is left
+    as stored, and compares unequal."""
+    try:
+        return StudySpec.model_validate(spec).model_dump(mode="json")
+    except ValidationError:
+        return spec
+
+
+def load_or_create_study(ctx: StudyContext) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec_dict = ctx.spec.model_dump(mode="json")
+    if spec_dict.get("storage"):  # workers are told the URL; the stored spec keeps no password
+        spec_dict["storage"] = mask_url(spec_dict["storage"])
+    existing = ctx.store.get_study(ctx.name)
+    if existing is not None:
+        stored = _as_current(existing.spec)
+        changed = [k for k in _DEFINING if stored.get(k) != spec_dict.get(k)]
+        if existing.space != ctx.space.model_dump(mode="json"):
+            changed.append("search_space")
+        if changed:
+            raise BadInput(
+                f"study {ctx.name} already exists with a different {', '.join(changed)}: "
+                "pass --study-name NEW to start a new study, or restore the spec"
+            )
+    ctx.store.ensure_study(
+        ctx.name, engine=ctx.spec.engine.name, model=ctx.settings.model,
+        gpu_type=ctx.spec.hardware.gpu_type, spec=spec_dict,
+        space=ctx.space.model_dump(mode="json"), tuner_version=tuner.__version__,
+    )
+    return optuna.create_study(
+        study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
+        direction="maximize",
+        sampler=make_sampler(ctx.spec), load_if_exists=True,
+    )
+
+
+def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,
+                  reason: str | None) -> None:
+    """A configuration that failed or cannot run: for the sampler, a violated constraint.
+
+    Optuna's TPE ignores FAIL trials, so it would keep proposing a configuration that crashes;
+    as an infeasible COMPLETE trial it lands in TPE's bad group and the search steers away.
+    tuner's own table keeps the true state (failed / infeasible) and the reason; FAIL in
+    Optuna is kept for trials cut short by the tuner itself (not the configuration's fault).
+    """
+    trial.set_user_attr("failure_kind", kind)
+    trial.set_user_attr("failure_reason", reason)
+    trial.set_constraint(constraint, 1.0)
+    study.tell(trial, 0.0)
+
+
+def tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) -> None:
+    """A repeat of a finished configuration: tell Optuna the earlier result, launch nothing."""
+    trial.set_user_attr("repeat_of", earlier.number)
+    ft = next(t for t in study.get_trials(deepcopy=False) if t.number == earlier.number)
+    if ft.state != TrialState.COMPLETE:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    for k, v in ft.constraints.items():
+        trial.set_constraint(k, v)
+    study.tell(trial, ft.value)
+
+
+class Heartbeat:
+    """Records that a trial's worker is alive every heartbeat interval, from a thread of its own,
+    while the trial waits for devices and runs. Optuna beats only inside `study.optimize`; tuner
+    asks and tells, so it beats itself. Without beats (a SIGKILLed worker), another worker fails
+    the trial after the grace period and Optuna retries it once."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial, interval_s: float, say: Say):
+        self._storage, self._trial_id = study._storage, trial._trial_id
+        self._interval, self._say = interval_s, say
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial.number}",
+                                        daemon=True)
+
+    def _beat(self) -> None:
+        warned = False
+        while True:
+            try:
+                self._storage.record_heartbeat(self._trial_id)
+            except Exception as e:  # a database blip: the next beat may pass; say it once
+                if not warned:
+                    self._say(f"  heartbeat not recorded ({type(e).__name__}); retrying")
+                    warned = True
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self._storage.record_heartbeat(self._trial_id)  # beating before anything is claimed
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,222 @@
+"""A study made ready to run: everything it needs, validated in an order that touches nothing
+until it all holds (the spec's space, engine, devices, port, prompt file, store and model)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tuner.measure.prompt_file import PromptFileError, read_prompt_file
+from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
+from tuner.serve.hardware import Inventory, detect, owned_devices
+from tuner.serve.launcher import port_is_free
+from tuner.spec.errors import BadInput
+from tuner.spec.gpu_types import GpuType, gpu_type
+from tuner.spec.space import (
+    Check,
+    ModelShape,
+    SearchSpace,
+    infeasibility,
+    load_space,
+    read_model_shape,
+    shape_by_name,
+)
+from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
+from tuner.store import Store, StoreError, mask_url
+
+HOST = "127.0.0.1"
+Say = Callable[[str], None]
+
+
+@dataclass
+class StudyContext:
+    spec: StudySpec
+    name: str
+    space: SearchSpace
+    adapter: EngineAdapter
+    inventory: Inventory
+    shape: ModelShape
+    settings: EngineSettings
+    store: Store
+    storage_url: str
+    runs_dir: Path
+    say: Say
+    gpu: GpuType
+    stop: threading.Event = field(default_factory=threading.Event)  # set: end every trial
+    # Further feasibility checks after the engine rules (a warm start adds the model's memory fit).
+    checks: list[Check] = field(default_factory=list)
+    # The study's trial budget while a loop runs it: claims beyond it are refused by the store.
+    budget: int | None = None
+
+    def infeasible(self, config: dict[str, Any]) -> str | None:
+        return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
+                             adapter=self.adapter, gpu=self.gpu, settings=self.settings,
+                             checks=self.checks)
+
+
+
+def resolve_executable(executable: str) -> str:
+    """The engine command: an explicit path, the one beside this Python (same venv), or PATH."""
+    if os.sep in executable:
+        if os.access(executable, os.X_OK):
+            return str(Path(executable).resolve())
+    else:
+        beside = Path(sys.executable).parent / executable
+        if os.access(beside, os.X_OK):
+            return str(beside)
+        found = shutil.which(executable)
+        if found:
+            return found
+    raise BadInput(
+        f"engine.executable {executable!r} was not found (beside {sys.executable} or on PATH): "
+        "install the engine (`make install` installs vLLM's CPU build) or set engine.executable"
+    )
+
+
+def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> None:
+    if space.engine != spec.engine.name:
+        raise BadInput(
+            f"search_space {space.name} is for engine {space.engine}, the spec's engine.name is "
+            f"{spec.engine.name}: use a space of that engine"
+        )
+    unsupported = set(space.parameters) - adapter.supported_parameters
+    if unsupported:
+        raise BadInput(
+            f"search_space {space.name}: {adapter.name} cannot express {sorted(unsupported)}"
+        )
+
+
+def check_prompt_file(spec: StudySpec) -> None:
+    """A bad prompt file fails before anything starts, naming its line (the tokenizer's pick
+    comes later, once the model is there)."""
+    if spec.workload.prompt_source == "file":
+        try:
+            read_prompt_file(Path(spec.workload.prompt_file))
+        except PromptFileError as e:
+            raise BadInput(str(e)) from e
+
+
+def ensure_model(spec: StudySpec, say: Say) -> Path:
+    path = Path(spec.model.path).expanduser()
+    if not path.exists():
+        if spec.model.generate is None:
+            raise BadInput(
+                f"model.path {spec.model.path} does not exist: create it with "
+                f"`tuner model tiny --out {spec.model.path}` or add `generate: tiny-gpt-oss`"
+            )
+        from tuner.serve.tiny_model import GENERATORS
+
+        say(f"generating the {spec.model.generate} model at {path} (seed {spec.model.seed})")
+        GENERATORS[spec.model.generate](path, seed=spec.model.seed)
+    return path.resolve()
+
+
+def open_store(url: str, *, create: bool = True) -> Store:
+    try:
+        return Store.open(url, create=create)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+
+
+def prepare(
+    spec: StudySpec, spec_path: Path, *, storage_url: str | None, study_name: str | None, say: Say
+) -> StudyContext:
+    """Validate everything a study needs, in an order that touches nothing until it all holds."""
+    gpu = gpu_type(spec.hardware.gpu_type)
+    space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
+    return _context(spec, space, url=storage_url or spec.storage or DEFAULT_STORAGE,
+                    name=study_name or spec.name, say=say)
+
+
+def prepare_worker(storage_url: str, study_name: str | None, *, say: Say,
+                   devices: list[int] | None = None) -> StudyContext:
+    """A worker's context, rebuilt from what the store holds of an existing study (its spec and
+    resolved search space), so every worker of a study runs exactly the same study."""
+    from pydantic import ValidationError
+
+    from tuner.spec.space import SearchSpace
+
+    store = open_store(storage_url, create=False)
+    studies = store.list_studies()
+    if study_name is None:
+        if len(studies) != 1:
+            names = ", ".join(s.name for s in studies) or "none"
+            raise BadInput(f"name the study to join with --study (studies: {names})")
+        study_name = studies[0].name
+    record = store.get_study(study_name)
+    if record is None:
+        names = ", ".join(s.name for s in studies) or "none"
+        raise BadInput(f"--study {study_name}: no such study in {mask_url(storage_url)} "
+                       f"(studies: {names}); create it with `tuner run STUDY.yaml --create-only`")
+    try:
+        spec = StudySpec.model_validate(record.spec)
+        space = SearchSpace.model_validate(record.space)
+    except ValidationError as e:
+        first = e.errors()[0]["msg"]
+        raise BadInput(f"study {study_name} was stored by another tuner version "
+                       f"({record.tuner_version}) and cannot be read: {first}") from e
+    return _context(spec, space, url=storage_url, name=study_name, say=say, store=store,
+                    devices=devices)
+
+
+def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: Say,
+             store: Store | None = None, devices: list[int] | None = None) -> StudyContext:
+    gpu = gpu_type(spec.hardware.gpu_type)
+    adapter = get_adapter(spec.engine.name)
+    check_space(spec, space, adapter)
+    check_prompt_file(spec)
+    inventory = _inventory(spec, devices)
+    executable = resolve_executable(spec.engine.executable or adapter.default_executable)
+    if spec.engine.port is not None and spec.budget.parallel_trials > 1:
+        raise BadInput("engine.port is fixed but budget.parallel_trials > 1: concurrent servers "
+                       "need their own ports; leave engine.port out")
+    if spec.engine.port is not None and not port_is_free(HOST, spec.engine.port):
+        raise BadInput(
+            f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
+            "out to use a free port"
+        )
+    store = store or open_store(url)
+    model_dir = ensure_model(spec, say)
+    shape = model_shape(spec, model_dir)
+    settings = engine_settings(spec, executable, str(model_dir))
+    return StudyContext(
+        spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
+        settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
+        say=say, gpu=gpu,
+    )
+
+
+def _inventory(spec: StudySpec, devices: list[int] | None) -> Inventory:
+    """The node's devices of the spec's type; with `devices`, only those (a worker's own)."""
+    if devices is None:
+        return detect(spec.hardware.gpu_type, spec.hardware.devices)
+    inventory = owned_devices(detect(spec.hardware.gpu_type, None), devices)
+    n = spec.hardware.devices
+    if n is not None:
+        if n > len(inventory.devices):
+            raise BadInput(f"hardware.devices {n}: this worker owns only "
+                           f"{len(inventory.devices)} (--devices); give it more")
+        inventory = replace(inventory, devices=inventory.devices[:n])
+    return inventory
+
+
+def engine_settings(spec: StudySpec, executable: str, model: str) -> EngineSettings:
+    container = spec.engine.container.model_dump() if spec.engine.container else None
+    return EngineSettings(executable=executable, model=model, args=dict(spec.engine.args),
+                          env=dict(spec.engine.env), draft_model=spec.engine.draft_model,
+                          container=container)
+
+
+def model_shape(spec: StudySpec, model_dir: Path | None) -> ModelShape:
+    """From the checkpoint's config.json when it is here, else from the named known shape."""
+    if model_dir is not None and (model_dir / "config.json").exists():
+        return read_model_shape(model_dir)
+    if spec.model.shape:
+        return shape_by_name(spec.model.shape)
+    return read_model_shape(model_dir or Path(spec.model.path))

@@ -1,0 +1,284 @@
+"""The study loop: ask Optuna, check feasibility, run a real serving trial, record, tell.
+
+Budget: `n_trials` counts trials that launched a server and reached a verdict (complete or
+failed). Infeasible samples and repeats of a finished configuration cost no server and do not
+count; a trial cut short by an interrupted tuner does not count either (it is marked failed, and
+the study runs another in its place).
+"""
+
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
+from tuner.search.context import StudyContext
+from tuner.search.recovery import reap_stale, recover
+from tuner.search.rules import config_key, counts_toward_budget
+from tuner.search.trial import TrialResult, run_trial
+from tuner.serve.slots import DevicePool
+from tuner.spec.space import (
+    Check,
+    describe,
+)
+from tuner.store import BudgetSpent, StoreError, TrialRecord, mask_url
+
+MAX_IDLE_ASKS = 10
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Configurations to run before the sampler's own, chosen outside the search (by the
+    performance model, `tuner.plan.planner.warm_start`), and the check that rejects before launch
+    what they say cannot run. `choose` gets the keys of the configurations already finished."""
+
+    check: Check
+    choose: Callable[[set[str]], list[dict[str, Any]]]
+
+
+def _finished_configs(ctx: StudyContext) -> dict[str, TrialRecord]:
+    done = {}
+    for t in ctx.store.trials(ctx.name):
+        if counts_toward_budget(t.state, t.failure_kind):
+            done.setdefault(config_key(t.params), t)
+    return done
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM ends a study like Ctrl-C does, so servers are stopped and trials recorded."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+
+def run_study(ctx: StudyContext, n_trials: int,
+              warm_start: WarmStart | None = None) -> list[TrialResult]:
+    """Run the study until `n_trials` count toward its budget. Several processes (`tuner
+    worker`, on several nodes) may run one study at once: the budget is claimed atomically in
+    the store, and each worker skips what another has finished or is running."""
+    study = load_or_create_study(ctx)
+    ctx.budget = n_trials
+    recover(ctx, study)
+    reap_stale(ctx, study)
+    done = _finished_configs(ctx)
+    if warm_start is not None:
+        queue_warm_start(ctx, study, warm_start, set(done))
+    # Keyed once: the loop asks "what is left?" before every trial.
+    feasible = {config_key(c): c for c in ctx.space.enumerate() if ctx.infeasible(c) is None}
+    running = len(ctx.store.running_trials(ctx.name))  # by other workers
+    elsewhere = f" ({running} running elsewhere)" if running else ""
+    ctx.say(f"study {ctx.name}: space {ctx.space.name} has {ctx.space.size()} configurations, "
+            f"{len(feasible)} feasible on {ctx.inventory.description}; "
+            f"{ctx.store.budget_used(ctx.name) - running} of {n_trials} trials done{elsewhere}; "
+            f"storage {mask_url(ctx.storage_url)}")
+    results: list[TrialResult] = []
+    started = time.monotonic()
+    timeout = ctx.spec.budget.timeout_min
+    infeasible_seen: set[str] = set()
+    idle = 0  # asks in a row that launched nothing
+    rng = random.Random(ctx.spec.sampler.seed)
+    poll_s = ctx.spec.budget.heartbeat_interval_s
+
+    def record(key: str, result: TrialResult) -> None:
+        results.append(result)
+        done[key] = ctx.store.trial(ctx.name, result.number)
+        if result.state == "complete":
+            verdict = "meets SLA" if result.meets_sla else "misses SLA"
+            ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")
+
+    with sigterm_as_interrupt(), TrialRunner(ctx, study) as runner:
+        while True:
+            for key, result in runner.collect():
+                record(key, result)
+            reap_stale(ctx, study)
+            # Fresh from the store: other workers finish and start trials too.
+            done.update(_finished_configs(ctx))
+            elsewhere = {config_key(t.params) for t in ctx.store.running_trials(ctx.name)}
+            running = runner.keys | elsewhere
+            used = max(ctx.store.budget_used(ctx.name), len(done) + runner.in_flight)
+            untried = [c for k, c in feasible.items() if k not in done and k not in running]
+            if used >= n_trials or not untried:
+                if runner.in_flight:
+                    runner.wait_one()
+                    continue
+                if elsewhere:
+                    # Another worker's trial may yet die: then its retry is ours to run.
+                    ctx.stop.wait(poll_s)
+                    continue
+                if used < n_trials:
+                    ctx.say("every feasible configuration of the space has been tried")
+                break
+            if timeout and time.monotonic() - started > timeout * 60:
+                ctx.say(f"budget.timeout_min ({timeout:g} min) reached: no new trial started")
+                runner.wait_all()
+                for key, result in runner.collect():
+                    record(key, result)
+                break
+            if idle >= MAX_IDLE_ASKS:
+                # The sampler keeps proposing what is known: hand it an untried configuration.
+                study.enqueue_trial(rng.choice(untried))
+                idle = 0
+            trial = study.ask()
+            params = ctx.space.sample(trial)
+            key = config_key(params)
+            if key in done:
+                tell_repeat(study, trial, done[key])
+                idle += 1
+                continue
+            if key in running:  # being measured right now: nothing to learn yet
+                trial.set_user_attr("repeat_of_running", True)
+                study.tell(trial, state=TrialState.FAIL)
+                idle += 1
+                continue
+            reason = ctx.infeasible(params)
+            if reason:
+                tell_unusable(study, trial, "infeasible", "infeasible", reason)
+                idle += 1
+                if key not in infeasible_seen:
+                    infeasible_seen.add(key)
+                    ctx.store.record_infeasible(ctx.name, trial.number, params, reason)
+                    ctx.say(f"trial {trial.number}  {describe(params)}\n  infeasible: {reason}")
+                    results.append(TrialResult(trial.number, params, "infeasible",
+                                               failure_kind="infeasible", failure_reason=reason))
+                continue
+            idle = 0
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(
+                study._storage.get_trial(trial._trial_id))
+            again = f", retry of trial {retry}" if retry is not None else ""
+            ctx.say(f"trial {trial.number}  {describe(params)}  ({used + 1}/{n_trials}{again})")
+            runner.submit(trial, params, key)
+        for key, result in runner.collect():
+            record(key, result)
+    return results
+
+
+class TrialRunner:
+    """Runs trials one after another, or (budget.parallel_trials > 1) several at once, each on
+    its own devices. Results are collected by the study loop's thread, so its bookkeeping stays
+    single-threaded; Optuna's ask/tell on RDB storage is safe across threads."""
+
+    def __init__(self, ctx: StudyContext, study: optuna.Study):
+        self.ctx, self.study = ctx, study
+        parallel = ctx.spec.budget.parallel_trials
+        self.pool = DevicePool(ctx.inventory.devices)
+        self.executor = (ThreadPoolExecutor(parallel, thread_name_prefix="trial")
+                         if parallel > 1 else None)
+        self._running: dict[Future, str] = {}
+        self._finished: list[tuple[str, TrialResult]] = []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self._running.values())
+
+    def _heartbeat(self, trial: optuna.Trial) -> Heartbeat:
+        return Heartbeat(self.study, trial, self.ctx.spec.budget.heartbeat_interval_s,
+                         self.ctx.say)
+
+    def submit(self, trial: optuna.Trial, params: dict[str, Any], key: str) -> None:
+        if self.executor is None:
+            with self._heartbeat(trial):
+                result = self._claimed(trial, params, None)
+            if result is not None:
+                self._finished.append((key, result))
+            return
+        beat = self._heartbeat(trial).__enter__()
+        try:
+            block = self.pool.acquire(self.ctx.adapter.world_size(params), self.ctx.stop)
+        except BaseException:
+            beat.__exit__(None, None, None)
+            raise
+        if block is None:
+            beat.__exit__(None, None, None)
+            raise KeyboardInterrupt
+        self.ctx.say(f"  trial {trial.number} on devices {block}")
+        self._running[self.executor.submit(self._run, trial, params, block, beat)] = key
+
+    def _claimed(self, trial: optuna.Trial, params: dict[str, Any],
+                 block: list[int] | None) -> TrialResult | None:
+        """run_trial, or None where the store refused the claim: the budget was spent by
+        other workers since this one asked (the asked trial is told FAIL, not counted)."""
+        try:
+            return run_trial(self.ctx, self.study, trial, params, block)
+        except BudgetSpent:
+            trial.set_user_attr("budget_spent", True)
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.ctx.say(f"  trial {trial.number} not started: the study's budget is spent")
+            return None
+        except (StoreError, optuna.exceptions.UpdateFinishedTrialError):
+            # Another worker took this trial for dead (its heartbeats came too late) and failed
+            # it; the retry it queued measures the configuration again. The server is stopped.
+            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                raise
+            self.ctx.say(f"  trial {trial.number} was failed by another worker that missed its "
+                         "heartbeats: its result is dropped, the retry measures it again")
+            return None
+
+    def _run(self, trial: optuna.Trial, params: dict[str, Any], block: list[int],
+             beat: Heartbeat) -> TrialResult | None:
+        try:
+            return self._claimed(trial, params, block)
+        finally:
+            beat.__exit__(None, None, None)
+            self.pool.release(block)
+
+    def collect(self) -> list[tuple[str, TrialResult]]:
+        out, self._finished = self._finished, []
+        for fut in [f for f in self._running if f.done()]:
+            key = self._running.pop(fut)
+            result = fut.result()  # a trial's interrupt re-raises here
+            if result is not None:
+                out.append((key, result))
+        return out
+
+    def wait_one(self) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self._running:
+            wait(list(self._running), return_when=FIRST_COMPLETED)
+
+    def wait_all(self) -> None:
+        from concurrent.futures import wait
+
+        wait(list(self._running))
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.ctx.stop.set()  # every running trial stops its server and records itself
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+
+
+def queue_warm_start(ctx: StudyContext, study: optuna.Study, warm_start: WarmStart,
+                      done: set[str]) -> None:
+    """The warm start's configurations become the next trials; what its check says cannot run is
+    rejected before launch like any infeasible sample."""
+    ctx.checks.append(warm_start.check)
+    queued = warm_start.choose(done)
+    for config in queued:
+        study.enqueue_trial(config, skip_if_exists=True)
+    ctx.say(f"warm start: the performance model queued {len(queued)} configuration(s) first"
+            + "".join(f"\n  {describe(c)}" for c in queued))

@@ -1,0 +1,83 @@
+"""Recovery after a crash: servers left by a dead tuner on this host are stopped, and the trials
+of dead or silent workers are marked interrupted (Optuna retries them once)."""
+
+from __future__ import annotations
+
+import optuna
+import psutil
+from optuna.trial import TrialState
+
+from tuner.search.context import StudyContext
+from tuner.serve.failures import read_log_tail
+from tuner.serve.launcher import stop_group
+from tuner.store import ServerRecord
+
+
+def worker_id() -> str:
+    me = psutil.Process()
+    return f"{me.pid}:{me.create_time():.3f}"
+
+
+def worker_alive(worker: str | None) -> bool:
+    try:
+        pid, created = worker.split(":") if worker else ("", "")
+        return abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.01
+    except (ValueError, psutil.Error):
+        return False
+
+
+def recover(ctx: StudyContext, study: optuna.Study) -> None:
+    """Reap servers left by a dead tuner on this host; mark its unfinished trials failed."""
+    host = ctx.inventory.host
+    for server in ctx.store.unstopped_servers(host):
+        if _owner_alive(server):  # another worker on this node, running its own trial
+            continue
+        left = stop_group(server.pgid, server.create_time, grace_s=10)
+        ctx.store.mark_server_stopped(server.trial_id)
+        if left:
+            ctx.say(f"stopped {left} leftover server process(es) of an interrupted trial "
+                    f"(pid {server.pid})")
+    for ft in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = ft.user_attrs.get("worker")
+        # No worker yet: another worker on this node is starting it (heartbeats judge the rest).
+        if ft.user_attrs.get("worker_host") != host or worker is None or worker_alive(worker):
+            continue
+        reason = "interrupted: the tuner process running this trial died"
+        study._storage.set_trial_user_attr(ft._trial_id, "failure_kind", "interrupted")
+        study._storage.set_trial_state_values(ft._trial_id, TrialState.FAIL)
+        record = ctx.store.trial(ctx.name, ft.number)
+        if record is not None and record.state == "running":
+            ctx.store.finish_trial(record.id, state="failed", failure_kind="interrupted",
+                                   failure_reason=reason, log_tail=read_log_tail(record.log_path))
+        ctx.say(f"trial {ft.number} was interrupted by a crash of its tuner: marked failed")
+
+
+def _owner_alive(server: ServerRecord) -> bool:
+    """Whether the tuner that launched this server still runs it: the server's leader is the
+    recorded process and still the child of the recorded tuner process."""
+    try:
+        leader = psutil.Process(server.pid)
+        return (server.worker_pid is not None and leader.ppid() == server.worker_pid
+                and abs(leader.create_time() - server.create_time) < 1.0)
+    except psutil.Error:
+        return False
+
+
+def reap_stale(ctx: StudyContext, study: optuna.Study) -> None:
+    """Fail the trials of workers that stopped sending heartbeats (Optuna enqueues each for one
+    retry), mark them interrupted in tuner's table and, on this node, stop their servers."""
+    optuna.storages.fail_stale_trials(study)
+    running = ctx.store.running_trials(ctx.name)
+    if not running:
+        return
+    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+    for record in [r for r in running if r.number in failed]:
+        if record.worker_host == ctx.inventory.host:
+            for server in ctx.store.unstopped_servers(ctx.inventory.host):
+                if server.trial_id == record.id:
+                    stop_group(server.pgid, server.create_time, grace_s=10)
+                    ctx.store.mark_server_stopped(record.id)
+        reason = f"interrupted: worker {record.worker_host} stopped sending heartbeats"
+        if ctx.store.interrupt_trial(record.id, reason=reason,
+                                     log_tail=read_log_tail(record.log_path)):
+            ctx.say(f"trial {record.number} {reason}: marked failed, to be retried once")

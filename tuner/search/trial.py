@@ -1,0 +1,219 @@
+"""One trial's serving path, shared by trials and confirmations: the launch plan and server of a
+configuration, one serving run (start, ready, sweep, verdict, stop), and the trial's record and
+what Optuna is told of it."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
+from tuner.measure.loadgen import Repeats, run_sweep
+from tuner.measure.metrics import confidence_text, sla_violations, summarize_level
+from tuner.measure.prompts import (
+    sweep_prompts,
+)
+from tuner.search.bridge import tell_unusable
+from tuner.search.context import HOST, StudyContext
+from tuner.search.recovery import worker_id
+from tuner.search.rules import objective
+from tuner.serve.engines import LaunchPlan
+from tuner.serve.failures import read_log_tail, tail
+from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
+from tuner.store.records import LevelMeasurement
+
+
+@dataclass
+class TrialResult:
+    number: int
+    params: dict[str, Any]
+    state: str  # complete | failed | infeasible
+    objective: float | None = None
+    meets_sla: bool | None = None
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    measurements: list[LevelMeasurement] = field(default_factory=list)
+
+
+
+def level_line(m: LevelMeasurement) -> str:
+    def f(x: float | None, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    verdict = "meets SLA" if m.meets_sla else "misses SLA"
+    errs = f"  {m.errors} errors" if m.errors else ""
+    if m.acceptance_rate is not None:
+        verdict += (f"  drafts accepted {m.acceptance_rate:.0%} "
+                    f"(length {m.acceptance_length:.2f})")
+    where = f"c={m.concurrency:<4}" if m.request_rate is None else f"{m.request_rate:g} req/s"
+    ci = confidence_text(m, mark_unconverged=False)  # the rounds' note says NOT CONVERGED
+    ci = f" {ci}" if ci else ""
+    rounds = "" if not m.rounds or m.rounds < 2 else (
+        f"  {m.rounds} rounds" + ("" if m.converged else ", NOT CONVERGED"))
+    return (f"    {where} {m.output_tok_s_per_gpu:>9,.0f} tok/s/GPU{ci}  "
+            f"TTFT p90 {f(m.ttft_p90_ms, ',.0f')} ms  user p90 "
+            f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}{rounds}")
+
+
+def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
+            deadline: float) -> list[LevelMeasurement]:
+    """Run the spec's sweep against a ready server and return one row per level measured.
+
+    Each level: warm-up, then rounds until output tok/s is known within workload.ci_target (or
+    max_rounds), with the engine's scheduler gauges sampled in the background and its
+    speculative-decoding counters read before and after. Ends early, with the levels so far,
+    when the server dies, the deadline passes or the study is stopping. Knows nothing of Optuna.
+    """
+    w = ctx.spec.workload
+    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
+    sla = ctx.spec.sla.to_sla()
+    levels: list[LevelMeasurement] = []
+    counts = [read_spec_decode(plan.engine, plan.base_url)]
+
+    def on_level(run) -> None:
+        m = summarize_level(run, plan.gpus, sla, ci_target=w.ci_target)
+        counts.append(read_spec_decode(plan.engine, plan.base_url))
+        if counts[-1] is not None and counts[-2] is not None:
+            d = counts[-1] - counts[-2]
+            if d.draft_tokens:
+                m = replace(m, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
+                            spec_accepted_tokens=d.accepted_tokens)
+        levels.append(m)
+        ctx.say(level_line(m))
+
+    run_sweep(
+        plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
+        w.warmup_requests, w.request_timeout_s, on_level=on_level,
+        stop=lambda: not server.alive() or time.monotonic() > deadline or ctx.stop.is_set(),
+        api=w.api, rates=w.request_rates if w.arrival == "poisson" else None,
+        repeats=Repeats(w.max_rounds, w.ci_target), seed=w.seed,
+        monitor=gauge_monitor(plan.engine, plan.base_url),
+    )
+    return levels
+
+
+def _check_stop(ctx: StudyContext) -> None:
+    if ctx.stop.is_set():
+        raise KeyboardInterrupt  # recorded as interrupted by run_trial, like Ctrl-C
+
+
+def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
+              params: dict[str, Any], devices: list[int] | None = None) -> TrialResult:
+    devices = list(devices if devices is not None else ctx.inventory.devices)
+    plan, server = server_for(ctx, params, devices, f"trial-{trial.number:04d}")
+    trial.set_user_attr("worker_host", ctx.inventory.host)
+    trial.set_user_attr("worker", worker_id())
+    trial.set_user_attr("devices", devices[: ctx.adapter.world_size(params)])
+    trial_id = ctx.store.start_trial(
+        ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
+        launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),
+        log_path=str(server.log_path), budget=ctx.budget,
+    )
+    result = TrialResult(trial.number, params, "failed")
+    levels: list[LevelMeasurement] = []
+    engine_version = log_tail = None
+    try:
+        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels)
+        value, best, meets = objective(levels)
+        result.state, result.objective, result.meets_sla = "complete", value, meets
+        for key, v in sla_violations(best, ctx.spec.sla.to_sla()).items():
+            trial.set_constraint(key, v)
+        trial.set_user_attr("best_concurrency", best.concurrency)
+        trial.set_user_attr("meets_sla", meets)
+    except LaunchFailure as f:
+        result.failure_kind, result.failure_reason = f.kind, f.reason
+        ctx.say(f"  failed ({f.kind}): {f.reason}")
+        log_tail = f.log_tail
+    except BaseException:  # Ctrl-C, SIGTERM: record (the server is already stopped), propagate
+        ctx.store.finish_trial(trial_id, state="failed", failure_kind="interrupted",
+                               failure_reason="interrupted: the tuner was stopped",
+                               log_tail=read_log_tail(str(server.log_path)), measurements=levels)
+        trial.set_user_attr("failure_kind", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        raise
+    result.measurements = levels
+    ctx.store.finish_trial(
+        trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
+        failure_kind=result.failure_kind, failure_reason=result.failure_reason,
+        log_tail=log_tail, engine_version=engine_version, measurements=levels,
+    )
+    if result.state == "complete":
+        study.tell(trial, result.objective)
+    else:
+        tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
+    return result
+
+
+def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
+               run_name: str) -> tuple[LaunchPlan, ServerProcess]:
+    """The launch plan of a configuration on its devices, and its (not yet started) server,
+    which logs under runs_dir/run_name."""
+    port = ctx.spec.engine.port or free_port(HOST)
+    workdir = ctx.runs_dir / run_name
+    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
+                                   inventory=ctx.inventory, devices=devices,
+                                   workdir=str(workdir.resolve()))
+    return plan, ServerProcess(plan, workdir)
+
+
+def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
+                      levels: list[LevelMeasurement]) -> str | None:
+    """One serving run: start the server, wait until ready, sweep the workload into `levels`,
+    judge it. Returns the engine's version; raises LaunchFailure when the run failed, and lets an
+    interrupt through. Whatever happens, the server is stopped and recorded as stopped.
+
+    A trial and its confirmation in a fresh server both run through here, so they measure alike.
+    """
+    t0 = time.monotonic()
+    deadline = t0 + ctx.spec.budget.trial_timeout_s
+    try:
+        server.start()
+        ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
+                                pgid=server.pid, create_time=server.create_time or 0.0,
+                                log_path=str(server.log_path))
+        ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
+                                    tick=lambda _: _check_stop(ctx))
+        engine_version = server.engine_version()
+        ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        levels.extend(measure(ctx, server, plan, deadline))
+        _check_stop(ctx)
+        failure = _verdict(ctx, server, levels, deadline)
+        if failure:
+            raise failure
+        return engine_version
+    finally:
+        if server.proc is not None:
+            server.stop()
+            ctx.store.mark_server_stopped(trial_id)
+
+
+def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasurement],
+             deadline: float) -> LaunchFailure | None:
+    """A trial whose server died, that ran out of time, or whose requests all failed, failed."""
+    errors = any(m.errors for m in levels)
+    if errors:
+        # A crash under load shows as failed requests first; give the process a moment to exit.
+        for _ in range(20):
+            if not server.alive():
+                break
+            time.sleep(0.25)
+    if not server.alive():
+        return server.failure()
+    if len(levels) < ctx.spec.workload.level_count:
+        if time.monotonic() > deadline:
+            limit = ctx.spec.budget.trial_timeout_s
+            return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",
+                                 tail(server.log_text()))
+        return server.failure("request_errors", "the sweep ended early")
+    dead = [m for m in levels if m.requests and m.errors == m.requests]
+    if dead:
+        f = server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
+                           f"{dead[0].error_sample}")
+        return f
+    return None
