@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/loadgen_capacity.py
 
-The client (`tuner.loadgen.run_sweep`, the product path) streams from the tests' fake
+The client (`tuner.measure.loadgen.run_sweep`, the product path) streams from the tests' fake
 `/v1/completions` server with zero delays, the server in a separate process so the two do not
 share an event loop. At each concurrency it reports the chunks and tokens per second sustained and
 the client's own CPU time per 1000 chunks. The server here is plain Python too, so at zero delay it

@@ -15,12 +15,12 @@ does not grade the model on its own answers. Per seed:
 The value of a configuration is the study's objective: the best tok/s per GPU among levels that
 meet the spec's SLA. A configuration the landscape cannot fit in memory fails when launched.
 
-Searches, all through the study loop's rules (tuner.study.run_study): infeasible samples (engine
-rules, and with warm start the model's memory check) and repeats of a finished configuration cost
-no trial; after 10 asks that launch nothing an untried configuration is handed to the sampler.
+Searches, all through the study loop's rules (tuner.search.loop.run_study): infeasible samples
+(engine rules, and with warm start the model's memory check) and repeats of a finished configuration
+cost no trial; after 10 asks that launch nothing an untried configuration is handed to the sampler.
 
-- `tpe`: the study's sampler as tuner configures it (tuner.study.make_sampler, the spec's seed
-  replaced by the run's);
+- `tpe`: the study's sampler as tuner configures it (tuner.search.bridge.make_sampler, the spec's
+  seed replaced by the run's);
 - `tpe+warm`: the same after `--warm-start K`: the shipped model's top K picks first;
 - `random`: Optuna's RandomSampler;
 - `grid`: every configuration in the space's order; a full grid needs all of them to know it has

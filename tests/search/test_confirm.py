@@ -8,7 +8,7 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from tests.test_export import LEVEL, add_trial, study_store
+from tests.report.test_export import LEVEL, add_trial, study_store
 from tuner.report.export import write_export
 from tuner.search.confirm import FALLBACK_TOLERANCE, candidates, judge
 from tuner.search.rules import winner

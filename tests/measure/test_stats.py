@@ -1,5 +1,5 @@
-"""Confidence intervals (tuner.stats): Student-t half-widths against published table values and
-against scipy's own interval, and the convergence rule the repeats stop on."""
+"""Confidence intervals (tuner.measure.stats): Student-t half-widths against published table
+values and against scipy's own interval, and the convergence rule the repeats stop on."""
 
 from __future__ import annotations
 

@@ -19,12 +19,12 @@ import pytest
 pytest.importorskip("streamlit", reason="the dashboard extra is not installed (make install)")
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
-from test_dashboard_data import SERVING_PATH, P, StudyWriter, level, mixed_study  # noqa: E402
 
+from tests.report.test_dashboard_data import SERVING_PATH, P, StudyWriter, level, mixed_study  # noqa: E402
 from tuner.report import dashboard_data as dd  # noqa: E402
 from tuner.store import Store  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboard" / "app.py"
 PAGES = ("views/overview.py", "views/study.py", "views/compare.py", "views/trial.py")
 STUDY_TABS = ("Progress", "Trials", "Failures", "Parameter importance", "Predicted vs measured")
@@ -283,7 +283,7 @@ def test_rendering_every_page_changes_nothing_in_the_database(monkeypatch, tmp_p
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {tests!r})
-    from test_dashboard_data import P, StudyWriter, level
+    from tests.report.test_dashboard_data import P, StudyWriter, level
     w = StudyWriter({url!r}, "live")
     print("ready", flush=True)
     for i in range(40):
@@ -295,7 +295,7 @@ WRITER = textwrap.dedent("""
 
 def test_the_dashboard_keeps_working_while_a_study_writes(monkeypatch, tmp_path):
     url = sqlite_url(tmp_path / "tuner.db")
-    code = WRITER.format(tests=str(REPO / "tests"), url=url)
+    code = WRITER.format(tests=str(REPO), url=url)
     writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "ready"
@@ -405,7 +405,7 @@ def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
 
 
 def test_predicted_vs_measured_tab_draws_the_stored_predictions(monkeypatch, tmp_path):
-    from test_dashboard_data import _prediction
+    from tests.report.test_dashboard_data import _prediction
 
     url = sqlite_url(tmp_path / "tuner.db")
     w = mixed_study(url)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_plan import _context, small_spec
+from tests.plan.test_plan import _context, small_spec
 from tuner.search.bridge import load_or_create_study
 from tuner.spec.errors import BadInput
 

@@ -1,6 +1,6 @@
-"""A user's own prompts (tuner.promptfile, tuner.prompts.file_prompts): the three JSONL shapes,
-one-line errors that name the line and the fix, and how prompts are picked by the model's
-tokenizer and given their output lengths."""
+"""A user's own prompts (tuner.measure.prompt_file, tuner.measure.prompts.file_prompts): the three
+JSONL shapes, one-line errors that name the line and the fix, and how prompts are picked by the
+model's tokenizer and given their output lengths."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tuner.measure.prompt_file import FilePrompt, PromptFileError, read_prompt_file
 from tuner.measure.prompts import file_prompts
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chat-prompts.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat-prompts.jsonl"
 
 
 def write(tmp_path: Path, *lines) -> Path:

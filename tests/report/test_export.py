@@ -192,7 +192,7 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     from tuner.report.export import SCHEMA_FILE, json_schema
 
     shipped = json.loads(SCHEMA_FILE.read_text())
-    assert shipped == json_schema(), "regenerate it: python -m tuner.export"
+    assert shipped == json_schema(), "regenerate it: python -m tuner.report.export"
     add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 256.0, True, gpus=1)
     write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())

@@ -4,7 +4,6 @@ per-user speed, goodput, the SLA at its edges, and which level the objective pic
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from tuner.measure.loadgen import LevelRun
 from tuner.measure.metrics import MISSING_VIOLATION, percentile, sla_violations, summarize_level
 from tuner.measure.records import RequestResult
-from tuner.search.rules import objective
 from tuner.spec.sla import SLA
 
 
@@ -211,42 +209,6 @@ def test_figures_that_could_not_be_measured_are_a_large_finite_violation():
 def test_constraints_are_satisfied_exactly_when_the_level_meets_the_sla(results, sla):
     m = summarize(results, sla=sla)
     assert all(v <= 0 for v in sla_violations(m, sla).values()) == m.meets_sla
-
-
-# objective
-
-
-def level(concurrency: int, tok_s_per_gpu: float, meets: bool, errors: int = 0, requests: int = 4):
-    return replace(summarize(FOUR), concurrency=concurrency, output_tok_s_per_gpu=tok_s_per_gpu,
-                   meets_sla=meets, errors=errors, requests=requests)
-
-
-def test_objective_is_the_best_level_that_meets_the_sla_even_when_a_failing_one_is_faster():
-    levels = [level(1, 50, True), level(4, 120, True), level(16, 300, False)]
-    value, best, feasible = objective(levels)
-    assert (value, best.concurrency, feasible) == (120, 4, True)
-
-
-def test_without_a_level_meeting_the_sla_the_best_measured_level_is_returned_as_infeasible():
-    levels = [level(1, 50, False), level(4, 120, False, errors=1), level(16, 90, False)]
-    value, best, feasible = objective(levels)
-    assert (value, best.concurrency, feasible) == (120, 4, False)
-
-
-def test_levels_where_every_request_failed_are_not_candidates():
-    levels = [level(1, 0.0, False, errors=4), level(4, 10, False, errors=3)]
-    value, best, feasible = objective(levels)
-    assert (value, best.concurrency, feasible) == (10, 4, False)
-    assert objective([level(1, 0.0, False, errors=4)]) == (None, None, False)
-
-
-def test_nothing_measured_gives_no_value():
-    assert objective([]) == (None, None, False)
-
-
-def test_ties_go_to_the_lower_concurrency_listed_first():
-    value, best, feasible = objective([level(2, 100, True), level(8, 100, True)])
-    assert (value, best.concurrency, feasible) == (100, 2, True)
 
 
 # rounds, confidence intervals and the engine's gauges (summarize_level over repeated rounds)

@@ -163,7 +163,7 @@ def test_the_study_page_shows_the_best_configuration_in_a_browser(real_study_dir
 
 
 def test_an_open_study_page_follows_a_study_that_writes(browser, tmp_path):
-    from test_dashboard_data import P, level, mixed_study
+    from tests.report.test_dashboard_data import P, level, mixed_study
 
     url = f"sqlite:///{tmp_path / 'tuner.db'}"
     writer = mixed_study(url)

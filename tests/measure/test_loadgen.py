@@ -251,7 +251,7 @@ def test_a_sweep_against_a_dead_server_returns_failed_results_without_raising():
     assert not any(r.ok for run in runs for r in run.results)
 
 
-# the synthetic prompts it sends (tuner.prompts)
+# the synthetic prompts it sends (tuner.measure.prompts)
 
 PINNED_SEED0 = [844, 757, 420, 258, 511]
 

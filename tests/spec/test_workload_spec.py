@@ -71,7 +71,7 @@ def test_the_chat_example_spec_loads_with_its_prompt_file():
 
 
 def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
-    from tests.test_plan import _context, small_spec
+    from tests.plan.test_plan import _context, small_spec
     from tuner.measure.prompts import sweep_prompts
 
     ctx = _context(small_spec(tmp_path), [])

@@ -1,0 +1,109 @@
+"""The search's domain rules, each written once (tuner.search.rules): a configuration's identity,
+what spends the budget (the same in Python and in the store's SQL), the level a trial's objective
+comes from, and which trial wins."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from tuner.search import rules
+from tuner.search.rules import objective
+from tuner.store import Store
+from tuner.store.records import LevelMeasurement
+
+BASE = LevelMeasurement(
+    concurrency=1, requests=4, errors=0, duration_s=2.0, input_tokens=128, output_tokens=404,
+    request_throughput=2.0, output_tok_s=202.0, output_tok_s_per_gpu=202.0, ttft_p50_ms=20.0,
+    ttft_p90_ms=30.0, ttft_p99_ms=35.0, itl_p50_ms=5.0, itl_p90_ms=8.0, itl_p99_ms=9.0,
+    tpot_p50_ms=6.0, tpot_p90_ms=7.0, e2e_p50_ms=400.0, e2e_p90_ms=450.0,
+    tok_s_per_user_p50=160.0, tok_s_per_user_p90=140.0, goodput_rps=2.0, meets_sla=True)
+
+
+# the configuration key
+
+
+def test_a_configuration_is_the_same_whatever_the_order_of_its_parameters():
+    a = {"tensor_parallel_size": 2, "enable_expert_parallel": True, "max_num_seqs": 64}
+    b = dict(reversed(list(a.items())))
+    assert rules.config_key(a) == rules.config_key(b)
+
+
+@pytest.mark.parametrize("other", [
+    {"tensor_parallel_size": 2, "enable_expert_parallel": False},  # a value differs
+    {"tensor_parallel_size": 2},  # a parameter is missing
+    {"tensor_parallel_size": 2, "enable_expert_parallel": True, "draft": None},  # one more
+    {"tensor_parallel_size": "2", "enable_expert_parallel": True},  # another type
+])
+def test_configurations_that_differ_in_anything_have_different_keys(other):
+    assert rules.config_key({"tensor_parallel_size": 2, "enable_expert_parallel": True}) \
+        != rules.config_key(other)
+
+
+# the budget: one rule, in Python and in the store's claim
+
+
+STATES = ["running", "complete", "failed", "infeasible"]
+KINDS = [None, "crash", "oom", "timeout", "interrupted", "infeasible"]
+
+
+def test_the_store_counts_the_budget_as_the_rule_does(tmp_path):
+    combos = [(s, k) for s, k in itertools.product(STATES, KINDS)
+              if (s in ("running", "complete")) == (k is None)]
+    with Store.open(f"sqlite:///{tmp_path / 'b.db'}") as store:
+        store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec={}, space={},
+                           tuner_version="0")
+        for n, (state, kind) in enumerate(combos):
+            if state == "infeasible":
+                store.record_infeasible("s", n, {"n": n}, "does not fit")
+                continue
+            trial_id = store.start_trial("s", n, {"n": n}, worker_host="h", worker_pid=1)
+            if state != "running":
+                store.finish_trial(trial_id, state=state, failure_kind=kind,
+                                   failure_reason=kind)
+        trials = store.trials("s")
+        running = sum(t.state == "running" for t in trials)
+        assert store.budget_used("s") == rules.launched(trials) + running
+    counted = {(t.state, t.failure_kind) for t in trials
+               if rules.counts_toward_budget(t.state, t.failure_kind)}
+    assert ("failed", "interrupted") not in counted and ("complete", None) in counted
+    assert {("failed", k) for k in ("crash", "oom", "timeout")} <= counted
+    assert not any(state == "infeasible" for state, _ in counted)
+
+
+# the level a trial's objective comes from
+
+
+def level(concurrency: int, tok_s_per_gpu: float, meets: bool, errors: int = 0, requests: int = 4):
+    return replace(BASE, concurrency=concurrency, output_tok_s_per_gpu=tok_s_per_gpu,
+                   meets_sla=meets, errors=errors, requests=requests)
+
+
+def test_objective_is_the_best_level_that_meets_the_sla_even_when_a_failing_one_is_faster():
+    levels = [level(1, 50, True), level(4, 120, True), level(16, 300, False)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (120, 4, True)
+
+
+def test_without_a_level_meeting_the_sla_the_best_measured_level_is_returned_as_infeasible():
+    levels = [level(1, 50, False), level(4, 120, False, errors=1), level(16, 90, False)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (120, 4, False)
+
+
+def test_levels_where_every_request_failed_are_not_candidates():
+    levels = [level(1, 0.0, False, errors=4), level(4, 10, False, errors=3)]
+    value, best, feasible = objective(levels)
+    assert (value, best.concurrency, feasible) == (10, 4, False)
+    assert objective([level(1, 0.0, False, errors=4)]) == (None, None, False)
+
+
+def test_nothing_measured_gives_no_value():
+    assert objective([]) == (None, None, False)
+
+
+def test_ties_go_to_the_lower_concurrency_listed_first():
+    value, best, feasible = objective([level(2, 100, True), level(8, 100, True)])
+    assert (value, best.concurrency, feasible) == (100, 2, True)
