@@ -180,11 +180,20 @@ def test_a_single_error_breaks_the_sla_even_when_the_figures_meet_it():
 # sla_violations
 
 
-def test_violations_are_measured_minus_target_for_ttft_and_target_minus_measured_for_speed():
+def test_violations_are_each_miss_relative_to_its_target_squashed_into_one():
     sla = SLA(ttft_p90_ms=300, min_tok_s_per_user_p90=80)
     m = summarize([*FOUR, failed("x")], sla=sla)  # p90 TTFT 370 ms, p90 speed 65 tok/s
+    # 1 of 5 failed: 0.2; TTFT 70/300 over; speed 15/80 under; each x -> x / (1 + x).
     assert sla_violations(m, sla) == pytest.approx(
-        {"errors": 1.0, "ttft_p90_ms": 70.0, "tok_s_per_user_p90": 15.0})
+        {"errors": 0.2 / 1.2, "ttft_p90_ms": (70 / 300) / (1 + 70 / 300),
+         "tok_s_per_user_p90": (15 / 80) / (1 + 15 / 80)})
+
+
+def test_met_targets_are_their_margin_relative_to_the_target():
+    sla = SLA(ttft_p90_ms=740, min_tok_s_per_user_p90=13)
+    m = summarize(FOUR, sla=sla)  # p90 TTFT 370 ms, p90 speed 65 tok/s
+    assert sla_violations(m, sla) == pytest.approx(
+        {"errors": 0.0, "ttft_p90_ms": -0.5, "tok_s_per_user_p90": -4.0})
 
 
 def test_only_set_targets_become_constraints_and_errors_always_do():
@@ -198,7 +207,7 @@ def test_only_set_targets_become_constraints_and_errors_always_do():
 def test_figures_that_could_not_be_measured_are_a_large_finite_violation():
     sla = SLA(ttft_p90_ms=100, min_tok_s_per_user_p90=10)
     m = summarize([failed("x")], sla=sla)
-    assert sla_violations(m, sla) == {"errors": 1.0, "ttft_p90_ms": MISSING_VIOLATION,
+    assert sla_violations(m, sla) == {"errors": 0.5, "ttft_p90_ms": MISSING_VIOLATION,
                                       "tok_s_per_user_p90": MISSING_VIOLATION}
 
 

@@ -12,6 +12,9 @@ from tests.report.test_export import LEVEL, add_trial, study_store
 from tuner.report.export import write_export
 from tuner.search.confirm import FALLBACK_TOLERANCE, candidates, judge
 from tuner.search.rules import winner
+from tuner.spec.sla import SLA
+
+SLA_ = SLA(ttft_p90_ms=100.0, min_tok_s_per_user_p90=50.0)  # the test study's (test_export)
 
 TP1 = {"tensor_parallel_size": 1, "max_batch_size": 4}
 TP2 = {"tensor_parallel_size": 2, "max_batch_size": 16}
@@ -49,7 +52,7 @@ def test_a_rerun_within_the_combined_interval_is_confirmed(store):
     trial = store.trials("s")[0]
     trial.measurements = _levels(500.0, ci=30.0)
     # Half-widths of 30 and 40 combine to 50: 460 is 40 away, inside.
-    verdict = judge(trial, _levels(460.0, ci=40.0))
+    verdict = judge(trial, _levels(460.0, ci=40.0), SLA_)
     assert (verdict.state, verdict.again, verdict.meets_sla) == ("confirmed", 460.0, True)
 
 
@@ -57,7 +60,7 @@ def test_a_rerun_outside_the_interval_says_it_differs_and_by_how_much(store):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     trial = store.trials("s")[0]
     trial.measurements = _levels(500.0, ci=30.0)
-    verdict = judge(trial, _levels(420.0, ci=40.0))
+    verdict = judge(trial, _levels(420.0, ci=40.0), SLA_)
     assert verdict.state == "differs"
     assert "-80 tok/s/GPU from the first run (500)" in verdict.reason
     assert "±50 tok/s/GPU (95% intervals of both runs)" in verdict.reason
@@ -67,27 +70,27 @@ def test_the_interval_is_per_gpu_like_the_objective(store):
     add_trial(store, 0, TP2, 500.0, True, gpus=2)
     trial = store.trials("s")[0]
     trial.measurements = _levels(500.0, ci=60.0, gpus=2)  # ±30 per GPU
-    assert judge(trial, _levels(465.0, ci=80.0, gpus=2)).state == "confirmed"  # within ±50
-    assert judge(trial, _levels(440.0, ci=80.0, gpus=2)).state == "differs"
+    assert judge(trial, _levels(465.0, ci=80.0, gpus=2), SLA_).state == "confirmed"  # within ±50
+    assert judge(trial, _levels(440.0, ci=80.0, gpus=2), SLA_).state == "differs"
 
 
 def test_without_a_measured_interval_a_fixed_tolerance_applies_and_is_named(store):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     trial = store.trials("s")[0]
     inside = 500.0 * (1 - FALLBACK_TOLERANCE) + 1
-    assert judge(trial, _levels(inside)).state == "confirmed"
-    verdict = judge(trial, _levels(500.0 * (1 - FALLBACK_TOLERANCE) - 1))
+    assert judge(trial, _levels(inside), SLA_).state == "confirmed"
+    verdict = judge(trial, _levels(500.0 * (1 - FALLBACK_TOLERANCE) - 1), SLA_)
     assert verdict.state == "differs" and "no interval was measured" in verdict.reason
 
 
 def test_a_rerun_that_misses_the_sla_differs_and_one_with_no_success_failed(store):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     trial = store.trials("s")[0]
-    missed = judge(trial, _levels(520.0, meets=False))
+    missed = judge(trial, _levels(520.0, meets=False), SLA_)
     assert (missed.state, missed.meets_sla) == ("differs", False)
     assert "missed the SLA in its confirmation" in missed.reason
     nothing = [replace(LEVEL, errors=LEVEL.requests, meets_sla=False)]
-    assert judge(trial, nothing).state == "failed"
+    assert judge(trial, nothing, SLA_).state == "failed"
 
 
 def test_the_winner_is_the_best_confirmed_trial_by_its_confirmation(store):

@@ -9,17 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from tests.report.test_export import LEVEL
 from tuner.search import rules
 from tuner.search.rules import objective
+from tuner.spec.sla import SLA
 from tuner.store import Store
-from tuner.store.records import LevelMeasurement
 
-BASE = LevelMeasurement(
-    concurrency=1, requests=4, errors=0, duration_s=2.0, input_tokens=128, output_tokens=404,
-    request_throughput=2.0, output_tok_s=202.0, output_tok_s_per_gpu=202.0, ttft_p50_ms=20.0,
-    ttft_p90_ms=30.0, ttft_p99_ms=35.0, itl_p50_ms=5.0, itl_p90_ms=8.0, itl_p99_ms=9.0,
-    tpot_p50_ms=6.0, tpot_p90_ms=7.0, e2e_p50_ms=400.0, e2e_p90_ms=450.0,
-    tok_s_per_user_p50=160.0, tok_s_per_user_p90=140.0, goodput_rps=2.0, meets_sla=True)
+BASE = LEVEL  # a level that met the SLA; each test sets what it is about
 
 
 # the configuration key
@@ -76,34 +72,47 @@ def test_the_store_counts_the_budget_as_the_rule_does(tmp_path):
 # the level a trial's objective comes from
 
 
-def level(concurrency: int, tok_s_per_gpu: float, meets: bool, errors: int = 0, requests: int = 4):
+SLA_ = SLA(ttft_p90_ms=100.0, min_tok_s_per_user_p90=100.0)
+
+
+def level(concurrency: int, tok_s_per_gpu: float, meets: bool, errors: int = 0, requests: int = 4,
+          ttft: float = 30.0, user: float = 140.0):
     return replace(BASE, concurrency=concurrency, output_tok_s_per_gpu=tok_s_per_gpu,
-                   meets_sla=meets, errors=errors, requests=requests)
+                   meets_sla=meets, errors=errors, requests=requests, ttft_p90_ms=ttft,
+                   tok_s_per_user_p90=user)
 
 
 def test_objective_is_the_best_level_that_meets_the_sla_even_when_a_failing_one_is_faster():
-    levels = [level(1, 50, True), level(4, 120, True), level(16, 300, False)]
-    value, best, feasible = objective(levels)
+    levels = [level(1, 50, True), level(4, 120, True), level(16, 300, False, ttft=400)]
+    value, best, feasible = objective(levels, SLA_)
     assert (value, best.concurrency, feasible) == (120, 4, True)
 
 
-def test_without_a_level_meeting_the_sla_the_best_measured_level_is_returned_as_infeasible():
-    levels = [level(1, 50, False), level(4, 120, False, errors=1), level(16, 90, False)]
-    value, best, feasible = objective(levels)
+def test_without_a_level_meeting_the_sla_the_one_closest_to_it_is_returned_as_infeasible():
+    # c=16 is the fastest but misses TTFT by 4x; c=4 misses it by 10%: the near miss speaks.
+    levels = [level(1, 50, False, ttft=150), level(4, 120, False, ttft=110),
+              level(16, 300, False, ttft=400)]
+    value, best, feasible = objective(levels, SLA_)
     assert (value, best.concurrency, feasible) == (120, 4, False)
+
+
+def test_a_miss_of_either_target_is_weighed_relative_to_the_target():
+    # 20 ms over a 100 ms TTFT target (20%) is further than 10 tok/s under a 100 tok/s floor.
+    levels = [level(2, 80, False, ttft=120), level(8, 60, False, user=90)]
+    assert objective(levels, SLA_)[1].concurrency == 8
 
 
 def test_levels_where_every_request_failed_are_not_candidates():
     levels = [level(1, 0.0, False, errors=4), level(4, 10, False, errors=3)]
-    value, best, feasible = objective(levels)
+    value, best, feasible = objective(levels, SLA_)
     assert (value, best.concurrency, feasible) == (10, 4, False)
-    assert objective([level(1, 0.0, False, errors=4)]) == (None, None, False)
+    assert objective([level(1, 0.0, False, errors=4)], SLA_) == (None, None, False)
 
 
 def test_nothing_measured_gives_no_value():
-    assert objective([]) == (None, None, False)
+    assert objective([], SLA_) == (None, None, False)
 
 
 def test_ties_go_to_the_lower_concurrency_listed_first():
-    value, best, feasible = objective([level(2, 100, True), level(8, 100, True)])
+    value, best, feasible = objective([level(2, 100, True), level(8, 100, True)], SLA_)
     assert (value, best.concurrency, feasible) == (100, 2, True)

@@ -152,7 +152,7 @@ async def sample_gauges(session: aiohttp.ClientSession, base_url: str, names: di
 
 
 def gauge_monitor(engine: str, base_url: str, interval_s: float = SAMPLE_INTERVAL_S):
-    """A load-generator monitor (tuner.loadgen.Monitor) that samples this engine's scheduler
+    """A load-generator monitor (tuner.measure.loadgen.Monitor) that samples this engine's scheduler
     metrics during each level; None for engines whose metrics tuner does not know."""
     names = GAUGES.get(engine)
     if names is None:

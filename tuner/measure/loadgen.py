@@ -99,7 +99,8 @@ class Repeats:
 
 
 # Called once a level's warm-up is over with the session and an event set when its last round
-# ends; what it returns is kept on the LevelRun (tuner.engine_metrics samples /metrics with it).
+# ends; what it returns is kept on the LevelRun (tuner.measure.engine_metrics samples /metrics
+# with it).
 Monitor = Callable[[aiohttp.ClientSession, asyncio.Event], Awaitable[Any]]
 
 

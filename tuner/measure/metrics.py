@@ -18,10 +18,15 @@ from tuner.store.records import LevelMeasurement
 if TYPE_CHECKING:  # the load generator's run, only read here: reports import this module alone
     from tuner.measure.loadgen import LevelRun
 
-# Stand-in violation when a level has no successful request, so its p90 figures do not exist.
-# Finite on purpose: Optuna stores constraints as JSON and ranks infeasible trials by the sum of
-# violations, where infinity would make every such trial tie.
-MISSING_VIOLATION = 1e9
+# Constraint values share one scale, because Optuna ranks infeasible trials by the sum of their
+# positive values: a measured miss is its shortfall as a fraction of the target, squashed into
+# (0, 1) with its order kept (`_miss`), so the at most three measured constraints sum below 3;
+# a figure that could not be measured (no successful request) is worse than all of them
+# together; a configuration that failed or cannot run is worse than any SLA miss (three
+# constraints, two of them missing, sum below 1 + 2 x 4). Finite on purpose: Optuna stores
+# constraints as JSON, and infinities would tie.
+MISSING_VIOLATION = 4.0
+UNUSABLE_VIOLATION = 10.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -158,22 +163,35 @@ def _mean_rate(rounds, count) -> float:
 
 
 def sla_violations(level: LevelMeasurement, sla: SLA) -> dict[str, float]:
-    """Constraint values for Optuna (<= 0 means satisfied): `errors` always, and one per set target.
+    """Constraint values for Optuna (<= 0 means satisfied): `errors` always, and one per set target,
+    each relative to its target so misses of different figures compare (see MISSING_VIOLATION).
 
-    `ttft_p90_ms`: measured p90 minus target, in ms; `tok_s_per_user_p90`: target minus measured.
-    A figure that could not be measured (no successful request) counts as MISSING_VIOLATION.
+    `errors`: the failed share of requests; `ttft_p90_ms`: (p90 - target) / target;
+    `tok_s_per_user_p90`: (target - measured) / target. A miss (> 0) is squashed into (0, 1);
+    a figure that could not be measured counts as MISSING_VIOLATION.
     """
-    violations = {"errors": float(level.errors)}
+    violations = {"errors": _miss(level.errors / level.requests) if level.requests else 0.0}
     if sla.ttft_p90_ms is not None:
+        measured = level.ttft_p90_ms
         violations["ttft_p90_ms"] = (
-            MISSING_VIOLATION if level.ttft_p90_ms is None else level.ttft_p90_ms - sla.ttft_p90_ms
-        )
+            MISSING_VIOLATION if measured is None
+            else _miss((measured - sla.ttft_p90_ms) / sla.ttft_p90_ms))
     if sla.min_tok_s_per_user_p90 is not None:
         measured = level.tok_s_per_user_p90
+        target = sla.min_tok_s_per_user_p90
         violations["tok_s_per_user_p90"] = (
-            MISSING_VIOLATION if measured is None else sla.min_tok_s_per_user_p90 - measured
-        )
+            MISSING_VIOLATION if measured is None else _miss((target - measured) / target))
     return violations
+
+
+def violation_score(violations: dict[str, float]) -> float:
+    """How far from feasible, as Optuna ranks infeasible trials: the sum of the positive values."""
+    return math.fsum(v for v in violations.values() if v > 0)
+
+
+def _miss(shortfall: float) -> float:
+    """A met target (<= 0) as it is; a miss squashed into (0, 1), keeping the order of misses."""
+    return shortfall if shortfall <= 0 else shortfall / (1 + shortfall)
 
 
 def confidence_text(m: LevelMeasurement, *, mark_unconverged: bool = True) -> str | None:

@@ -3,7 +3,7 @@
 Token ids (not text) make the prompt length exact whatever the tokenizer, so completions get
 lists of ids: random ones (synthetic) or windows of natural text that ships with tuner (corpus),
 cut by the served model's own tokenizer. The chat API takes text, so it gets the corpus windows
-decoded, or a user's own prompt file (tuner.promptfile), counted with the same tokenizer.
+decoded, or a user's own prompt file (tuner.measure.prompt_file), counted with the same tokenizer.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 import tuner
 from tuner import DATA_DIR
-from tuner.search.rules import best_level
+from tuner.search.rules import best_level, study_sla
 from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput
@@ -130,7 +130,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     import yaml
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
-    best, _ = best_level(trial.measurements)
+    best, _ = best_level(trial.measurements, study_sla(study))
     spec = study.spec
     return ExportRecord(
         study=study.name, trial=trial.number,
@@ -280,7 +280,7 @@ def json_schema() -> dict[str, Any]:
     return schema
 
 
-if __name__ == "__main__":  # regenerate the shipped schema: python -m tuner.export
+if __name__ == "__main__":  # regenerate the shipped schema: python -m tuner.report.export
     SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2) + "\n")
 
 

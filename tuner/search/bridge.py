@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 from pydantic import ValidationError
 
 import tuner
+from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search.context import Say, StudyContext
 from tuner.spec.errors import BadInput
 from tuner.spec.study_spec import BudgetSpec, StudySpec
@@ -97,18 +98,28 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     )
 
 
+def tell_measured(study: optuna.Study, trial: optuna.Trial, value: float,
+                  violations: dict[str, float]) -> None:
+    """A trial that ran: its objective, and its SLA violations as constraints (<= 0: met), on
+    the scale that makes Optuna rank near misses ahead of far ones (see `sla_violations`)."""
+    for key, v in violations.items():
+        trial.set_constraint(key, v)
+    study.tell(trial, value)
+
+
 def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,
                   reason: str | None) -> None:
     """A configuration that failed or cannot run: for the sampler, a violated constraint.
 
     Optuna's TPE ignores FAIL trials, so it would keep proposing a configuration that crashes;
-    as an infeasible COMPLETE trial it lands in TPE's bad group and the search steers away.
+    as an infeasible COMPLETE trial, worse than any SLA miss (UNUSABLE_VIOLATION), it lands in
+    TPE's bad group behind every trial that ran, and the search steers away.
     tuner's own table keeps the true state (failed / infeasible) and the reason; FAIL in
     Optuna is kept for trials cut short by the tuner itself (not the configuration's fault).
     """
     trial.set_user_attr("failure_kind", kind)
     trial.set_user_attr("failure_reason", reason)
-    trial.set_constraint(constraint, 1.0)
+    trial.set_constraint(constraint, UNUSABLE_VIOLATION)
     study.tell(trial, 0.0)
 
 

@@ -18,6 +18,7 @@ from tuner.search.context import StudyContext
 from tuner.search.rules import met_sla, objective
 from tuner.search.trial import serve_and_measure, server_for
 from tuner.serve.launcher import LaunchFailure
+from tuner.spec.sla import SLA
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
 from tuner.store.records import LevelMeasurement
@@ -62,9 +63,9 @@ def tolerance(first: LevelMeasurement | None, again: LevelMeasurement, gpus: int
                    "measured, set workload.max_rounds for one)")
 
 
-def judge(trial: TrialRecord, levels: list[LevelMeasurement]) -> Confirmation:
+def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA) -> Confirmation:
     """Compare a re-run's levels with the trial's first measurement."""
-    value, best, meets = objective(levels)
+    value, best, meets = objective(levels, sla)
     first = trial.objective
     if value is None or best is None:
         return Confirmation(trial.number, trial.params, "failed", first, None, None,
@@ -73,7 +74,7 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement]) -> Confirmation:
         return Confirmation(trial.number, trial.params, "differs", first, value, False,
                             f"missed the SLA in its confirmation ({value:,.0f} tok/s/GPU at "
                             f"c={best.concurrency}); first run {first:,.0f} met it")
-    _, first_best, _ = objective(trial.measurements)
+    _, first_best, _ = objective(trial.measurements, sla)
     width, how = tolerance(first_best, best, trial.gpus or 1, first)
     gap = value - first
     if abs(gap) > width:
@@ -102,7 +103,7 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
         levels: list[LevelMeasurement] = []
         try:
             serve_and_measure(ctx, server, plan, trial.id, levels)
-            verdict = judge(trial, levels)
+            verdict = judge(trial, levels, ctx.spec.sla.to_sla())
         except LaunchFailure as f:
             verdict = Confirmation(trial.number, trial.params, "failed", trial.objective, None,
                                    None, f"{f.kind}: {f.reason}")

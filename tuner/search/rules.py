@@ -12,12 +12,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from tuner.measure.metrics import sla_violations, violation_score
 from tuner.spec.errors import NoResult
+from tuner.spec.sla import SLA
+from tuner.spec.study_spec import SLASpec
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement, counts_toward_budget
 
 __all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
-           "met_sla", "objective", "winner"]
+           "met_sla", "objective", "study_sla", "winner"]
 
 
 def config_key(params: dict[str, Any]) -> str:
@@ -31,29 +34,37 @@ def launched(trials: Iterable[TrialRecord]) -> int:
     return sum(1 for t in trials if counts_toward_budget(t.state, t.failure_kind))
 
 
-def best_level(levels: list[LevelMeasurement]) -> tuple[LevelMeasurement | None, bool]:
+def best_level(levels: list[LevelMeasurement],
+               sla: SLA) -> tuple[LevelMeasurement | None, bool]:
     """The level a trial's objective comes from, and whether it met the SLA.
 
-    The fastest output tok/s per GPU among levels that meet the SLA; when none does, the fastest
-    among levels with any successful request, so trials that missed it still rank; (None, False)
-    when nothing succeeded. Ties go to the earlier level.
+    The fastest output tok/s per GPU among levels that meet the SLA; when none does, the level
+    closest to meeting it (the smallest sum of its SLA violations, as Optuna ranks them; ties to
+    the faster), so a near miss ranks as a near miss; (None, False) when no request succeeded.
+    Ties otherwise go to the earlier level.
     """
     feasible = [m for m in levels if m.meets_sla]
     if feasible:
         return max(feasible, key=lambda m: m.output_tok_s_per_gpu), True
     measured = [m for m in levels if m.requests > m.errors]
     if measured:
-        return max(measured, key=lambda m: m.output_tok_s_per_gpu), False
+        return min(measured, key=lambda m: (violation_score(sla_violations(m, sla)),
+                                            -m.output_tok_s_per_gpu)), False
     return None, False
 
 
 def objective(
-    levels: list[LevelMeasurement],
+    levels: list[LevelMeasurement], sla: SLA,
 ) -> tuple[float | None, LevelMeasurement | None, bool]:
     """The trial's value (output tok/s per GPU at its `best_level`), that level, and whether it
     met the SLA."""
-    level, meets = best_level(levels)
+    level, meets = best_level(levels, sla)
     return (None if level is None else level.output_tok_s_per_gpu), level, meets
+
+
+def study_sla(study: StudyRecord) -> SLA:
+    """The SLA a stored study's levels were judged against."""
+    return SLASpec.model_validate(study.spec.get("sla") or {}).to_sla()
 
 
 def met_sla(trial: TrialRecord) -> bool:

@@ -19,7 +19,7 @@ from tuner.measure.metrics import confidence_text, sla_violations, summarize_lev
 from tuner.measure.prompts import (
     sweep_prompts,
 )
-from tuner.search.bridge import tell_unusable
+from tuner.search.bridge import tell_measured, tell_unusable
 from tuner.search.context import HOST, StudyContext
 from tuner.search.recovery import worker_id
 from tuner.search.rules import objective
@@ -120,10 +120,10 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     engine_version = log_tail = None
     try:
         engine_version = serve_and_measure(ctx, server, plan, trial_id, levels)
-        value, best, meets = objective(levels)
+        sla = ctx.spec.sla.to_sla()
+        value, best, meets = objective(levels, sla)
         result.state, result.objective, result.meets_sla = "complete", value, meets
-        for key, v in sla_violations(best, ctx.spec.sla.to_sla()).items():
-            trial.set_constraint(key, v)
+        violations = sla_violations(best, sla)
         trial.set_user_attr("best_concurrency", best.concurrency)
         trial.set_user_attr("meets_sla", meets)
     except LaunchFailure as f:
@@ -144,7 +144,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         log_tail=log_tail, engine_version=engine_version, measurements=levels,
     )
     if result.state == "complete":
-        study.tell(trial, result.objective)
+        tell_measured(study, trial, result.objective, violations)
     else:
         tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result

@@ -40,8 +40,8 @@ class BestCard:
 
 
 def export_files(study: StudyRecord, trial: TrialRecord) -> tuple[dict[str, bytes], list[str]]:
-    """Every export of this trial, written by tuner.export itself into a scratch folder and read
-    back, so the dashboard's downloads are byte for byte what `tuner export` writes.
+    """Every export of this trial, written by tuner.report.export itself into a scratch folder and
+    read back, so the dashboard's downloads are byte for byte what `tuner export` writes.
 
     Returns the files (name -> content) and, for a format that cannot be made for this trial
     (a Kubernetes manifest without a known image, say), the one-line reason instead.
@@ -79,7 +79,7 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
     files, notes = export_files(data.study, trial)
     record = json.loads(files["best.json"]) if "best.json" in files else None
     command = record["launch"]["shell"] if record else None
-    level = rules.best_level(trial.measurements)[0]
+    level = rules.best_level(trial.measurements, rules.study_sla(data.study))[0]
     figures: dict[str, Any] = {
         TOK_GPU: trial.objective,
         "at concurrency": None if level is None else level.concurrency,

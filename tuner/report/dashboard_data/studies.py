@@ -117,7 +117,8 @@ def compare_frame(datas: list[StudyData]) -> pd.DataFrame:
     rows = []
     for data in datas:
         s = summarize(data)
-        level = None if s.best is None else rules.best_level(s.best.measurements)[0]
+        level = (None if s.best is None
+                 else rules.best_level(s.best.measurements, rules.study_sla(data.study))[0])
         rows.append({
             "study": s.name, "model": s.model, "engine": s.engine, "GPU type": s.gpu_type,
             "complete": s.counts["complete"], "failed": s.counts["failed"],

@@ -38,9 +38,10 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
     objective comes from, and the failure reason."""
     params = param_columns(data)
     rows = []
+    sla = rules.study_sla(data.study)
     for t in data.trials:
         # The level the stored objective comes from; a failed trial's has none.
-        level = rules.best_level(t.measurements)[0] if t.state == "complete" else None
+        level = rules.best_level(t.measurements, sla)[0] if t.state == "complete" else None
         duration = (t.finished_at - t.started_at).total_seconds() if t.finished_at else None
         rows.append({
             **{param_label(p): param_value(t.params.get(p)) for p in params},

@@ -1,6 +1,6 @@
 """The interface the study loop needs from an engine. The loop imports nothing else of engines.
 
-An adapter turns a trial configuration (canonical parameters, see tuner.space) plus the study's
+An adapter turns a trial configuration (canonical parameters, see tuner.spec.space) plus the study's
 fixed settings into a LaunchPlan: the exact argv, environment and files of one server. The same
 plan, placed on default devices, is what gets exported, so a deploy runs what was measured.
 """

