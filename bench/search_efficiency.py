@@ -107,7 +107,7 @@ class Landscape:
 
 
 def search(land: Landscape, target, sampler: optuna.samplers.BaseSampler, budget: int,
-           seed: int, warm: list[dict[str, Any]] | None, check) -> int | None:
+           seed: int, warm: list[dict[str, Any]] | None, check, startup: int = 0) -> int | None:
     """Trials launched until one is within 2% of the best (None: not within the budget)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=sampler)
@@ -120,7 +120,8 @@ def search(land: Landscape, target, sampler: optuna.samplers.BaseSampler, budget
     feasible = [k for k in land.value if check(by_key[k]) is None]
     launched = idle = 0
     while launched < budget:
-        if idle >= MAX_IDLE_ASKS:
+        waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        if idle >= MAX_IDLE_ASKS or (launched < startup and not waiting):  # as the loop does
             untried = [k for k in feasible if k not in done]
             if not untried:
                 return None
@@ -197,10 +198,11 @@ def main() -> None:
             def rule_only(params: dict[str, Any]) -> str | None:
                 return None
 
-            results["tpe"].append(search(land, target, make_sampler(tpe_spec), args.budget,
-                                         seed, None, rule_only))
-            results["tpe+warm"].append(search(land, target, make_sampler(tpe_spec),
-                                              args.budget, seed, warm, fit_check))
+            startup = tpe_spec.sampler.n_startup_trials
+            results["tpe"].append(search(land, target, make_sampler(tpe_spec, seed), args.budget,
+                                         seed, None, rule_only, startup))
+            results["tpe+warm"].append(search(land, target, make_sampler(tpe_spec, seed),
+                                              args.budget, seed, warm, fit_check, startup))
             results["random"].append(search(land, target, optuna.samplers.RandomSampler(seed),
                                             args.budget, seed, None, rule_only))
         n_grid = len(nominal.modeled)

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from tests.conftest import TUNER, base_spec, run_tuner, wait_for, write_yaml
+from tuner.search.rules import config_key
 from tuner.serve.launcher import group_members
 from tuner.store import Store
 
@@ -112,6 +113,10 @@ def test_two_workers_run_one_study_at_the_same_time(tmp_path, tiny_model, pg_url
     trials = [t for t in store.trials("test-study") if t.state != "infeasible"]
     assert all(t.state == "complete" for t in trials), [(t.state, t.failure_reason)
                                                         for t in trials]
+    # Never the same configuration twice (distinct sampler seeds, and the store's claim).
+    launched = [config_key(t.params) for t in store.trials("test-study")
+                if t.state != "infeasible"]
+    assert len(launched) == len(set(launched)) == BUDGET
     # Both workers ran trials, each on its own core, and at the same time.
     by_worker = {t.worker_pid for t in trials}
     assert by_worker == {first.pid, second.pid}

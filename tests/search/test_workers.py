@@ -20,7 +20,7 @@ from tests.conftest import run_tuner
 from tuner.search.bridge import Heartbeat, optuna_storage
 from tuner.search.recovery import reap_stale
 from tuner.spec.study_spec import BudgetSpec
-from tuner.store import BudgetSpent, Store
+from tuner.store import BudgetSpent, ConfigurationTaken, Store
 
 SPEC = {
     "engine": {"name": "vllm", "args": {}, "env": {}},
@@ -49,6 +49,17 @@ def _claim(url: str, number: int) -> bool:
         except BudgetSpent:
             return False
     return True
+
+
+def _claim_config(url: str, number: int) -> str:
+    """Claim one and the same configuration as trial `number`."""
+    with Store.open(url) as store:
+        try:
+            store.start_trial("s", number, {"max_batch_size": 16}, worker_host="h",
+                              worker_pid=number, budget=8)
+        except ConfigurationTaken:
+            return "taken"
+    return "claimed"
 
 
 def test_workers_opening_a_fresh_postgres_database_at_once_migrate_it_once(pg_url):
@@ -87,6 +98,53 @@ def test_concurrent_claims_never_exceed_the_budget(backend, request, tmp_path):
         store.start_trial("s", 100, {"n": 100}, worker_host="h", worker_pid=1, budget=3)
         with pytest.raises(BudgetSpent):
             store.start_trial("s", 101, {"n": 101}, worker_host="h", worker_pid=1, budget=3)
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_configuration_is_claimed_once_across_workers(backend, request, tmp_path):
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else \
+        f"sqlite:///{tmp_path}/tuner.db"
+    with Store.open(url) as store:
+        store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec={}, space={},
+                           tuner_version="test")
+    with ProcessPoolExecutor(6) as pool:
+        outcomes = list(pool.map(_claim_config, [url] * 6, range(6)))
+    assert sorted(outcomes) == ["claimed"] + ["taken"] * 5
+    with Store.open(url) as store:
+        (running,) = store.trials("s")
+        store.finish_trial(running.id, state="complete", objective=1.0, meets_sla=True)
+        with pytest.raises(ConfigurationTaken, match=f"trial {running.number} "):
+            store.start_trial("s", 50, {"max_batch_size": 16}, worker_host="h", worker_pid=1,
+                              budget=8)
+        # The same parameters in another order are the same configuration.
+        with pytest.raises(ConfigurationTaken):
+            store.start_trial("s", 51, {"max_batch_size": 16}, worker_host="h", worker_pid=1,
+                              budget=8)
+        # Interrupted (not the configuration's fault): it may run again.
+        other = store.start_trial("s", 52, {"max_batch_size": 4}, worker_host="h",
+                                  worker_pid=1, budget=8)
+        assert store.interrupt_trial(other, reason="interrupted: test")
+        store.start_trial("s", 53, {"max_batch_size": 4}, worker_host="h", worker_pid=1,
+                          budget=8)
+
+
+def test_each_worker_samples_with_a_seed_of_its_own_and_a_single_run_keeps_the_specs():
+    from tuner.search.context import StudyContext
+    from tuner.spec.study_spec import StudySpec
+
+    spec = StudySpec.model_validate({**SPEC, "name": "s", "search_space": "gpt-oss-120b",
+                                     "workload": {"input_len": 8, "output_len": 8,
+                                                  "concurrency": [1], "requests_per_level": 4}})
+
+    def seed(worker):
+        return StudyContext(spec=spec, name="s", space=None, adapter=None, inventory=None,
+                            shape=None, settings=None, store=None, storage_url="", runs_dir=None,
+                            say=print, gpu=None, worker=worker).sampler_seed
+
+    assert seed(None) == spec.sampler.seed
+    seeds = {seed(f"node-{n}:{pid}") for n in range(3) for pid in (100, 101)}
+    assert len(seeds) == 6
+    assert seed("node-0:100") == seed("node-0:100")  # derived, not random
 
 
 def test_a_trial_whose_worker_stops_beating_is_failed_interrupted_and_retried_once(tmp_path):

@@ -52,11 +52,17 @@ def optuna_storage(url: str, budget: BudgetSpec | None = None,
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
 
 
-def make_sampler(spec: StudySpec) -> optuna.samplers.BaseSampler:
-    s = spec.sampler
-    if s.name == "random":
-        return optuna.samplers.RandomSampler(seed=s.seed)
-    return optuna.samplers.TPESampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+def make_sampler(spec: StudySpec, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The spec's sampler with this seed (a worker's own, see StudyContext.sampler_seed).
+
+    TPE models the parameters jointly (`multivariate`, `group`: a draft length exists only with
+    speculation), and from its first ask: the study loop itself hands it the startup trials, drawn
+    from the configurations that can launch, so infeasible samples and repeats never count as
+    startup (`sampler.n_startup_trials` counts launched trials)."""
+    if spec.sampler.name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True,
+                                      group=True)
 
 
 def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +100,7 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     return optuna.create_study(
         study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
         direction="maximize",
-        sampler=make_sampler(ctx.spec), load_if_exists=True,
+        sampler=make_sampler(ctx.spec, ctx.sampler_seed), load_if_exists=True,
     )
 
 

@@ -3,6 +3,7 @@ until it all holds (the spec's space, engine, devices, port, prompt file, store 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -53,6 +54,17 @@ class StudyContext:
     checks: list[Check] = field(default_factory=list)
     # The study's trial budget while a loop runs it: claims beyond it are refused by the store.
     budget: int | None = None
+    # Who runs the study, when several may (a `tuner worker`): the sampler's seed is derived from
+    # the spec's and this, so workers on one study do not all propose the same configuration.
+    worker: str | None = None
+
+    @property
+    def sampler_seed(self) -> int | None:
+        seed = self.spec.sampler.seed
+        if seed is None or self.worker is None:
+            return seed
+        digest = hashlib.sha256(f"{seed}:{self.worker}".encode()).digest()
+        return int.from_bytes(digest[:4], "big")
 
     def infeasible(self, config: dict[str, Any]) -> str | None:
         return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
@@ -161,8 +173,10 @@ def prepare_worker(storage_url: str, study_name: str | None, *, say: Say,
         first = e.errors()[0]["msg"]
         raise BadInput(f"study {study_name} was stored by another tuner version "
                        f"({record.tuner_version}) and cannot be read: {first}") from e
-    return _context(spec, space, url=storage_url, name=study_name, say=say, store=store,
-                    devices=devices)
+    ctx = _context(spec, space, url=storage_url, name=study_name, say=say, store=store,
+                   devices=devices)
+    ctx.worker = f"{ctx.inventory.host}:{os.getpid()}"
+    return ctx
 
 
 def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: Say,

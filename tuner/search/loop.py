@@ -31,7 +31,7 @@ from tuner.spec.space import (
     Check,
     describe,
 )
-from tuner.store import BudgetSpent, StoreError, TrialRecord, mask_url
+from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
 
 MAX_IDLE_ASKS = 10
 
@@ -52,6 +52,14 @@ def _finished_configs(ctx: StudyContext) -> dict[str, TrialRecord]:
         if counts_toward_budget(t.state, t.failure_kind):
             done.setdefault(config_key(t.params), t)
     return done
+
+
+def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:
+    """Whether TPE is still in its startup: fewer trials launched (or running) than
+    `sampler.n_startup_trials`, and nothing queued already (a warm start's trials come first)."""
+    if ctx.spec.sampler.name != "tpe" or used >= ctx.spec.sampler.n_startup_trials:
+        return False
+    return not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
 
 
 @contextmanager
@@ -93,7 +101,7 @@ def run_study(ctx: StudyContext, n_trials: int,
     timeout = ctx.spec.budget.timeout_min
     infeasible_seen: set[str] = set()
     idle = 0  # asks in a row that launched nothing
-    rng = random.Random(ctx.spec.sampler.seed)
+    rng = random.Random(ctx.sampler_seed)
     poll_s = ctx.spec.budget.heartbeat_interval_s
 
     def record(key: str, result: TrialResult) -> None:
@@ -131,8 +139,9 @@ def run_study(ctx: StudyContext, n_trials: int,
                 for key, result in runner.collect():
                     record(key, result)
                 break
-            if idle >= MAX_IDLE_ASKS:
-                # The sampler keeps proposing what is known: hand it an untried configuration.
+            if idle >= MAX_IDLE_ASKS or _starting(ctx, study, used):
+                # Startup, or a sampler that keeps proposing what is known: hand it an untried
+                # configuration that can launch.
                 study.enqueue_trial(rng.choice(untried))
                 idle = 0
             trial = study.ask()
@@ -216,14 +225,20 @@ class TrialRunner:
 
     def _claimed(self, trial: optuna.Trial, params: dict[str, Any],
                  block: list[int] | None) -> TrialResult | None:
-        """run_trial, or None where the store refused the claim: the budget was spent by
-        other workers since this one asked (the asked trial is told FAIL, not counted)."""
+        """run_trial, or None where the store refused the claim: the budget was spent, or the
+        configuration taken, by other workers since this one asked (the asked trial is told
+        FAIL, not counted)."""
         try:
             return run_trial(self.ctx, self.study, trial, params, block)
         except BudgetSpent:
             trial.set_user_attr("budget_spent", True)
             self.study.tell(trial, state=TrialState.FAIL)
             self.ctx.say(f"  trial {trial.number} not started: the study's budget is spent")
+            return None
+        except ConfigurationTaken as e:
+            trial.set_user_attr("repeat_of_running", True)
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.ctx.say(f"  trial {trial.number} not started: {e}")
             return None
         except (StoreError, optuna.exceptions.UpdateFinishedTrialError):
             # Another worker took this trial for dead (its heartbeats came too late) and failed

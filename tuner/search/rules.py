@@ -8,25 +8,17 @@ so the dashboard can import them without the serving path.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from typing import Any
 
 from tuner.measure.metrics import sla_violations, violation_score
 from tuner.spec.errors import NoResult
 from tuner.spec.sla import SLA
 from tuner.spec.study_spec import SLASpec
 from tuner.store import StudyRecord, TrialRecord
-from tuner.store.records import LevelMeasurement, counts_toward_budget
+from tuner.store.records import LevelMeasurement, config_key, counts_toward_budget
 
 __all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
            "met_sla", "objective", "study_sla", "winner"]
-
-
-def config_key(params: dict[str, Any]) -> str:
-    """The identity of a configuration: two parameter sets are the same configuration exactly
-    when their keys are equal (canonical JSON, so the key is also stable across processes)."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def launched(trials: Iterable[TrialRecord]) -> int:

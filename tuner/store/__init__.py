@@ -8,7 +8,7 @@ This package may import only `db`, `tuner.spec`, `tuner` itself and third-party 
 """
 
 from tuner.store.bootstrap import mask_url, sqlite_file
-from tuner.store.errors import BudgetSpent, StoreError
+from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.records import (
     LevelMeasurement,
     PredictionRecord,
@@ -18,5 +18,6 @@ from tuner.store.records import (
 )
 from tuner.store.repository import Store
 
-__all__ = ["BudgetSpent", "LevelMeasurement", "PredictionRecord", "ServerRecord", "Store",
-           "StoreError", "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]
+__all__ = ["BudgetSpent", "ConfigurationTaken", "LevelMeasurement", "PredictionRecord",
+           "ServerRecord", "Store", "StoreError", "StudyRecord", "TrialRecord", "mask_url",
+           "sqlite_file"]

@@ -1,8 +1,9 @@
-"""The store's two exceptions: a database that cannot do what was asked, and a spent budget."""
+"""The store's exceptions: a database that cannot do what was asked, a spent budget, and a
+configuration another trial already holds."""
 
 from __future__ import annotations
 
-__all__ = ["BudgetSpent", "StoreError"]
+__all__ = ["BudgetSpent", "ConfigurationTaken", "StoreError"]
 
 
 class StoreError(Exception):
@@ -10,6 +11,10 @@ class StoreError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()))
+
+
+class ConfigurationTaken(Exception):
+    """A claim for a configuration that another trial of the study is running or has done."""
 
 
 class BudgetSpent(Exception):

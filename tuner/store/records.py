@@ -7,7 +7,9 @@ Times are seconds from `time.perf_counter()` unless a name says `_ms`.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -174,3 +176,11 @@ class ServerRecord:
     log_path: str
     started_at: dt.datetime
     worker_pid: int | None = None  # the tuner process that launched it
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """The identity of a configuration: two parameter sets are the same configuration exactly
+    when their keys are equal (canonical JSON, so the key is also stable across processes). The
+    store's claim refuses a configuration already running or done under this key; the search
+    (`tuner.search.rules`) and everything above use the same function."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)

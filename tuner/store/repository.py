@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.models import PredictionModel, ServerModel, StudyModel, TrialModel
 from tuner.store import bootstrap
 from tuner.store.bootstrap import _PG_BUDGET_LOCK, _cause, _hint
-from tuner.store.errors import BudgetSpent, StoreError
+from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.records import (
     CONFIRM_STATES,
     LevelMeasurement,
@@ -28,11 +28,13 @@ from tuner.store.records import (
     ServerRecord,
     StudyRecord,
     TrialRecord,
+    config_key,
 )
 from tuner.store.rows import (
     _PREDICTION_ROW,
     _budget_count,
     _check_finished_state,
+    _counts_or_runs,
     _measurement_rows,
     _now,
     _prediction_record,
@@ -158,7 +160,9 @@ class Store:
 
         With a `budget`, the claim is atomic across workers: under a lock held by one claimer of
         the study at a time, the trials that count (see `budget_used`) are counted, and
-        BudgetSpent is raised instead of recording a trial beyond the budget.
+        BudgetSpent is raised instead of recording a trial beyond the budget; under the same
+        lock, ConfigurationTaken is raised for a configuration (`config_key`) that another trial
+        of the study is running or has done (one interrupted may run again).
         """
         with self._session(f"start trial {number} of study {study_name!r}") as session:
             if budget is not None:
@@ -169,6 +173,10 @@ class Store:
                 used = session.scalar(_budget_count(study.id))
                 if used >= budget:
                     raise BudgetSpent(f"study {study_name!r} has used {used} of {budget} trials")
+                holder = self._holder(session, study.id, config_key(params))
+                if holder is not None:
+                    raise ConfigurationTaken(f"trial {holder} of study {study_name!r} runs or "
+                                             "ran this configuration")
             row = TrialModel(
                 study_id=study.id,
                 number=number,
@@ -445,6 +453,14 @@ class Store:
         if row is None:
             raise StoreError(f"no trial with id {trial_id} in {self._where}: start it first")
         return row
+
+    @staticmethod
+    def _holder(session: Session, study_id: int, key: str) -> int | None:
+        """The number of a trial of the study that is running or counts toward the budget with
+        this configuration, if any (read under the claim lock)."""
+        rows = session.execute(select(TrialModel.number, TrialModel.params)
+                               .where(TrialModel.study_id == study_id, _counts_or_runs())).all()
+        return next((number for number, params in rows if config_key(params) == key), None)
 
     @staticmethod
     def _check_new_trial(session: Session, study: StudyModel, number: int) -> None:

@@ -46,14 +46,17 @@ def _measurement_rows(trial_id: int, run: int,
             for i, m in enumerate(measurements)]
 
 
-def _budget_count(study_id: int) -> Select:
-    # counts_toward_budget in SQL, plus the running trials' claims.
+def _counts_or_runs():
+    """counts_toward_budget in SQL, plus the running trials' claims."""
     finished = [s for s in BUDGET_STATES if s != "failed"]
-    counts = or_(TrialModel.state.in_(("running", *finished)),
-                 and_(TrialModel.state == "failed",
-                      func.coalesce(TrialModel.failure_kind, "").not_in(NOT_COUNTED_FAILURES)))
+    return or_(TrialModel.state.in_(("running", *finished)),
+               and_(TrialModel.state == "failed",
+                    func.coalesce(TrialModel.failure_kind, "").not_in(NOT_COUNTED_FAILURES)))
+
+
+def _budget_count(study_id: int) -> Select:
     return select(func.count()).select_from(TrialModel).where(TrialModel.study_id == study_id,
-                                                              counts)
+                                                              _counts_or_runs())
 
 
 def _trials_query(study_name: str) -> Select:
