@@ -3,15 +3,21 @@ order, and what it tells Optuna."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
 
+from tests.conftest import base_spec, write_yaml
+from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tests.plan.test_plan import _context, small_spec
+from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
+from tuner.search.context import StudyContext, prepare
 from tuner.search.rules import config_key
 from tuner.search.trial import TrialResult
+from tuner.spec.study_spec import load_spec
 
 
 def scripted(launched: list[dict]):
@@ -55,3 +61,47 @@ def load_sampler():
 
     return make_sampler(load_spec(Path(__file__).resolve().parents[2] / "examples"
                                   / "gpt-oss-120b.yaml"), 7)
+
+
+# ---------------------------------------------------------------- the real loop, a fake engine
+
+
+def landscape_study(tmp_path: Path, landscape: dict, values: list[int], n_trials: int,
+                    **budget) -> StudyContext:
+    """A study of `max_batch_size` over `values` on this node, served by the fake engine."""
+    (tmp_path / "landscape.json").write_text(json.dumps(landscape))
+    write_yaml(tmp_path / "space.yaml", {"name": "batch", "engine": "vllm", "parameters": {
+        "max_batch_size": {"values": values}}})
+    spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
+                     hardware={"gpu_type": "cpu", "devices": 1},
+                     workload={"input_len": 8, "output_len": 8, "concurrency": [2],
+                               "requests_per_level": 8, "warmup_requests": 1},
+                     sla={"ttft_p90_ms": 1000},
+                     budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0,
+                             **budget},
+                     storage=f"sqlite:///{tmp_path / 'tuner.db'}", runs_dir=str(tmp_path / "runs"))
+    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
+                      "ready_timeout_s": 10,
+                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    path = write_yaml(tmp_path / "study.yaml", spec)
+    return prepare(load_spec(path), path, storage_url=None, study_name=None, say=lambda _: None)
+
+
+def test_a_study_of_real_trials_against_the_fake_engine_records_crashes_and_speeds(tmp_path):
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.002},
+                 "rules": [{"match": {"max-num-seqs": 8}, "fail": "crash"},
+                           {"match": {"max-num-seqs": 16}, "ttft_s": 0.01, "itl_s": 0.0005}]}
+    ctx = landscape_study(tmp_path, landscape, [4, 8, 16], n_trials=3)
+
+    loop.run_study(ctx, n_trials=3)
+
+    trials = {t.params["max_batch_size"]: t for t in ctx.store.trials(ctx.name)}
+    assert trials[8].state == "failed" and trials[8].failure_kind == "crash"
+    assert "Segfault" in trials[8].failure_reason
+    assert trials[4].state == trials[16].state == "complete"
+    assert trials[16].objective > trials[4].objective  # a quarter of the gap between tokens
+    study = load_or_create_study(ctx)
+    crashed = next(t for t in study.trials if t.params.get("max_batch_size") == 8)
+    assert crashed.state == optuna.trial.TrialState.COMPLETE  # ranked, not ignored
+    assert crashed.constraints == {"failed": UNUSABLE_VIOLATION}
+    ctx.store.close()
