@@ -105,3 +105,28 @@ def test_a_study_of_real_trials_against_the_fake_engine_records_crashes_and_spee
     assert crashed.state == optuna.trial.TrialState.COMPLETE  # ranked, not ignored
     assert crashed.constraints == {"failed": UNUSABLE_VIOLATION}
     ctx.store.close()
+
+
+def test_a_transient_failure_is_retried_once_on_a_fresh_server_before_it_counts(tmp_path):
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.002}, "rules": [
+        {"match": {"max-num-seqs": 8}, "fail": "not_ready", "fail_starts": 1},  # flaky node
+        {"match": {"max-num-seqs": 16}, "fail": "not_ready"}]}  # never ready: its own fault
+    ctx = landscape_study(tmp_path, landscape, [4, 8, 16], n_trials=5)
+    ctx.spec.engine.ready_timeout_s = 2
+
+    loop.run_study(ctx, n_trials=5)
+
+    runs: dict[int, list] = {}
+    for t in ctx.store.trials(ctx.name):
+        runs.setdefault(t.params["max_batch_size"], []).append((t.state, t.failure_kind))
+    assert runs == {4: [("complete", None)],
+                    8: [("failed", "not_ready"), ("complete", None)],
+                    16: [("failed", "not_ready"), ("failed", "not_ready")]}
+    told = {}
+    for t in load_or_create_study(ctx).trials:
+        if "repeat_of" in t.user_attrs:  # a repeat of a settled configuration: nothing ran
+            continue
+        told.setdefault(t.params["max_batch_size"], []).append(t.state.name)
+    # The sampler learns from each retry, not from the first, transient failure.
+    assert told[8] == ["FAIL", "COMPLETE"] and told[16] == ["FAIL", "COMPLETE"]
+    ctx.store.close()

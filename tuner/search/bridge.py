@@ -129,6 +129,18 @@ def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kin
     study.tell(trial, 0.0)
 
 
+def tell_retry(study: optuna.Study, trial: optuna.Trial, params: dict[str, Any],
+               kind: str | None, reason: str | None) -> None:
+    """A transient failure that may be the node's: nothing for the sampler to learn yet (FAIL,
+    which TPE ignores), and the same configuration queued to run once more on a fresh server;
+    the retry's outcome is what the sampler is told."""
+    trial.set_user_attr("failure_kind", kind)
+    trial.set_user_attr("failure_reason", reason)
+    trial.set_user_attr("retry_pending", True)
+    study.tell(trial, state=TrialState.FAIL)
+    study.enqueue_trial(params)
+
+
 def tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) -> None:
     """A repeat of a finished configuration: tell Optuna the earlier result, launch nothing."""
     trial.set_user_attr("repeat_of", earlier.number)

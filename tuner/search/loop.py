@@ -32,6 +32,7 @@ from tuner.spec.space import (
     describe,
 )
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
+from tuner.store.records import settles_configuration
 
 MAX_IDLE_ASKS = 10
 
@@ -47,11 +48,14 @@ class WarmStart:
 
 
 def _finished_configs(ctx: StudyContext) -> dict[str, TrialRecord]:
-    done = {}
+    """The configurations settled by trials that count toward the budget, each with its last
+    such trial (a transient failure alone leaves its configuration open for one retry)."""
+    counted: dict[str, list[TrialRecord]] = {}
     for t in ctx.store.trials(ctx.name):
         if counts_toward_budget(t.state, t.failure_kind):
-            done.setdefault(config_key(t.params), t)
-    return done
+            counted.setdefault(config_key(t.params), []).append(t)
+    return {key: ts[-1] for key, ts in counted.items()
+            if settles_configuration([(t.state, t.failure_kind) for t in ts])}
 
 
 def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:
@@ -106,7 +110,9 @@ def run_study(ctx: StudyContext, n_trials: int,
 
     def record(key: str, result: TrialResult) -> None:
         results.append(result)
-        done[key] = ctx.store.trial(ctx.name, result.number)
+        settled = _finished_configs(ctx)  # a first transient failure leaves its key open
+        if key in settled:
+            done[key] = settled[key]
         if result.state == "complete":
             verdict = "meets SLA" if result.meets_sla else "misses SLA"
             ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")

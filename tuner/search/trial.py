@@ -19,14 +19,14 @@ from tuner.measure.metrics import confidence_text, sla_violations, summarize_lev
 from tuner.measure.prompts import (
     sweep_prompts,
 )
-from tuner.search.bridge import tell_measured, tell_unusable
+from tuner.search.bridge import tell_measured, tell_retry, tell_unusable
 from tuner.search.context import HOST, StudyContext
 from tuner.search.recovery import worker_id
-from tuner.search.rules import objective
+from tuner.search.rules import config_key, counts_toward_budget, objective
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
-from tuner.store.records import LevelMeasurement
+from tuner.store.records import LevelMeasurement, settles_configuration
 
 
 @dataclass
@@ -145,9 +145,22 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     )
     if result.state == "complete":
         tell_measured(study, trial, result.objective, violations)
+    elif _retry_pending(ctx, params):
+        tell_retry(study, trial, params, result.failure_kind, result.failure_reason)
+        ctx.say(f"  {result.failure_kind} may be the node's, not the configuration's: it runs "
+                "once more on a fresh server")
     else:
         tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result
+
+
+def _retry_pending(ctx: StudyContext, params: dict[str, Any]) -> bool:
+    """Whether the configuration's trials so far (this one included) leave it open: a single
+    transient failure gets one retry (`settles_configuration`)."""
+    key = config_key(params)
+    attempts = [(t.state, t.failure_kind) for t in ctx.store.trials(ctx.name)
+                if config_key(t.params) == key and counts_toward_budget(t.state, t.failure_kind)]
+    return bool(attempts) and not settles_configuration(attempts)
 
 
 def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],

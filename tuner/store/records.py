@@ -91,6 +91,21 @@ BUDGET_STATES = ("complete", "failed")
 NOT_COUNTED_FAILURES = ("interrupted",)
 
 
+# Failures that may be the node's rather than the configuration's (a slow start, a stall, a
+# network blip): such a failure gets one retry on a fresh server before it is the
+# configuration's own verdict. Crashes, OOMs and refused arguments are the configuration's.
+TRANSIENT_FAILURES = ("timeout", "not_ready", "request_errors")
+
+
+def settles_configuration(attempts: list[tuple[str, str | None]]) -> bool:
+    """Whether these trials of one configuration (their state and failure kind; those running
+    or counting toward the budget) settle it: anything but a single transient failure does."""
+    if not attempts:
+        return False
+    (state, kind), *more = attempts
+    return bool(more) or not (state == "failed" and kind in TRANSIENT_FAILURES)
+
+
 def counts_toward_budget(state: str, failure_kind: str | None) -> bool:
     """Whether a finished trial spent the study's budget (see BUDGET_STATES)."""
     return state in BUDGET_STATES and not (state == "failed"

@@ -29,6 +29,7 @@ from tuner.store.records import (
     StudyRecord,
     TrialRecord,
     config_key,
+    settles_configuration,
 )
 from tuner.store.rows import (
     _PREDICTION_ROW,
@@ -456,11 +457,18 @@ class Store:
 
     @staticmethod
     def _holder(session: Session, study_id: int, key: str) -> int | None:
-        """The number of a trial of the study that is running or counts toward the budget with
-        this configuration, if any (read under the claim lock)."""
-        rows = session.execute(select(TrialModel.number, TrialModel.params)
-                               .where(TrialModel.study_id == study_id, _counts_or_runs())).all()
-        return next((number for number, params in rows if config_key(params) == key), None)
+        """The number of a trial of the study whose configuration this is and that settles it
+        (running, or counting toward the budget: `settles_configuration`), if any; read under
+        the claim lock."""
+        rows = session.execute(
+            select(TrialModel.number, TrialModel.params, TrialModel.state,
+                   TrialModel.failure_kind)
+            .where(TrialModel.study_id == study_id, _counts_or_runs())
+            .order_by(TrialModel.number)).all()
+        same = [row for row in rows if config_key(row.params) == key]
+        if settles_configuration([(row.state, row.failure_kind) for row in same]):
+            return same[-1].number
+        return None
 
     @staticmethod
     def _check_new_trial(session: Session, study: StudyModel, number: int) -> None:
