@@ -10,6 +10,7 @@ A behaviour has `ttft_s` and `itl_s` (the fake server's timetable) and optionall
 - `crash`: ready, then dies at its first request with a segfault line in its log;
 - `not_ready`: never answers /health;
 - `bad_argument`: exits at start with a ValueError naming the argument;
+- `http500`: stays up and answers every request with an error (an engine whose core died);
 - with `fail_starts: N`, only the first N starts of that configuration fail (a flaky node); the
   starts are counted in a file beside the landscape.
 
@@ -89,7 +90,8 @@ def main(argv: list[str]) -> None:
         sys.exit(1)
     if fail == "not_ready":
         time.sleep(3600)
-    server = FakeOpenAIServer(Script(ttft_s=act.get("ttft_s", 0.0), itl_s=act.get("itl_s", 0.0)))
+    server = FakeOpenAIServer(Script(ttft_s=act.get("ttft_s", 0.0), itl_s=act.get("itl_s", 0.0),
+                                     fail="http500" if fail == "http500" else None))
 
     async def completions(request: web.Request) -> web.StreamResponse:
         if fail == "crash":

@@ -67,14 +67,14 @@ def load_sampler():
 
 
 def landscape_study(tmp_path: Path, landscape: dict, values: list[int], n_trials: int,
-                    **budget) -> StudyContext:
+                    concurrency: tuple[int, ...] = (2,), **budget) -> StudyContext:
     """A study of `max_batch_size` over `values` on this node, served by the fake engine."""
     (tmp_path / "landscape.json").write_text(json.dumps(landscape))
     write_yaml(tmp_path / "space.yaml", {"name": "batch", "engine": "vllm", "parameters": {
         "max_batch_size": {"values": values}}})
     spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
                      hardware={"gpu_type": "cpu", "devices": 1},
-                     workload={"input_len": 8, "output_len": 8, "concurrency": [2],
+                     workload={"input_len": 8, "output_len": 8, "concurrency": list(concurrency),
                                "requests_per_level": 8, "warmup_requests": 1},
                      sla={"ttft_p90_ms": 1000},
                      budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0,
@@ -129,4 +129,18 @@ def test_a_transient_failure_is_retried_once_on_a_fresh_server_before_it_counts(
         told.setdefault(t.params["max_batch_size"], []).append(t.state.name)
     # The sampler learns from each retry, not from the first, transient failure.
     assert told[8] == ["FAIL", "COMPLETE"] and told[16] == ["FAIL", "COMPLETE"]
+    ctx.store.close()
+
+
+def test_the_sweep_stops_at_the_first_level_a_server_no_longer_serves(tmp_path):
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.002},
+                 "rules": [{"match": {"max-num-seqs": 8}, "fail": "http500"}]}
+    ctx = landscape_study(tmp_path, landscape, [8], n_trials=1, concurrency=(2, 4, 8))
+
+    loop.run_study(ctx, n_trials=1)
+
+    (trial,) = ctx.store.trials(ctx.name)
+    assert (trial.state, trial.failure_kind) == ("failed", "request_errors")
+    assert "every request failed at c=2" in trial.failure_reason
+    assert [m.concurrency for m in trial.measurements] == [2]  # c=4 and c=8 were not sent
     ctx.store.close()

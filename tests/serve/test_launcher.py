@@ -56,6 +56,19 @@ def test_a_server_becomes_ready_and_stopping_it_stops_its_whole_group(tmp_path):
     assert not s.alive()
 
 
+def test_the_server_has_a_group_of_its_own_inside_tuners_session(tmp_path):
+    # A session of its own would be a scheduling autogroup of its own too (see the launcher).
+    port = free_port()
+    s = ServerProcess(_plan([sys.executable, "-c", SERVER, str(port)], port), tmp_path)
+    s.start()
+    try:
+        s.wait_ready(30)
+        assert os.getpgid(s.pid) == s.pid != os.getpgid(0)
+        assert os.getsid(s.pid) == os.getsid(0)
+    finally:
+        s.stop(grace_s=5)
+
+
 def test_a_server_that_exits_early_is_a_classified_failure(tmp_path):
     argv = [sys.executable, "-c",
             "import sys; print('serve: error: argument --max-num-seqs: invalid int value'); "

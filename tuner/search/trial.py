@@ -68,7 +68,9 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
     Each level: warm-up, then rounds until output tok/s is known within workload.ci_target (or
     max_rounds), with the engine's scheduler gauges sampled in the background and its
     speculative-decoding counters read before and after. Ends early, with the levels so far,
-    when the server dies, the deadline passes or the study is stopping. Knows nothing of Optuna.
+    when the server dies or stops serving (every request of a level failed: an engine whose
+    core died can keep its HTTP front end up), the deadline passes or the study is stopping.
+    Knows nothing of Optuna.
     """
     w = ctx.spec.workload
     prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
@@ -87,10 +89,16 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
         levels.append(m)
         ctx.say(level_line(m))
 
+    def stop() -> bool:
+        last = levels[-1] if levels else None
+        not_serving = last is not None and last.requests > 0 and last.errors == last.requests
+        return (not_serving or not server.alive() or time.monotonic() > deadline
+                or ctx.stop.is_set())
+
     run_sweep(
         plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
         w.warmup_requests, w.request_timeout_s, on_level=on_level,
-        stop=lambda: not server.alive() or time.monotonic() > deadline or ctx.stop.is_set(),
+        stop=stop,
         api=w.api, rates=w.request_rates if w.arrival == "poisson" else None,
         repeats=Repeats(w.max_rounds, w.ci_target), seed=w.seed,
         monitor=gauge_monitor(plan.engine, plan.base_url),
@@ -218,15 +226,14 @@ def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasure
             time.sleep(0.25)
     if not server.alive():
         return server.failure()
+    dead = [m for m in levels if m.requests and m.errors == m.requests]
+    if dead:  # the sweep stopped there: the server no longer served
+        return server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
+                              f"{dead[0].error_sample}")
     if len(levels) < ctx.spec.workload.level_count:
         if time.monotonic() > deadline:
             limit = ctx.spec.budget.trial_timeout_s
             return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",
                                  tail(server.log_text()))
         return server.failure("request_errors", "the sweep ended early")
-    dead = [m for m in levels if m.requests and m.errors == m.requests]
-    if dead:
-        f = server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
-                           f"{dead[0].error_sample}")
-        return f
     return None

@@ -1,10 +1,14 @@
 """Starting, watching and stopping one engine server.
 
-The server runs in its own process group (so every process it spawns can be stopped together),
-with its output in a log file. It is stopped in every path: normal end, failure, Ctrl-C, SIGTERM,
-and, since a SIGKILLed tuner runs no cleanup, through two more guards: the server's leader gets
-SIGTERM when the tuner dies (Linux parent-death signal), and each server's process group is
-recorded in the store so the next run on this host reaps whatever survived.
+The server runs in its own process group (so every process it spawns can be stopped together), with
+its output in a log file. The group stays inside tuner's session: with the kernel's scheduler
+autogroups on (`/proc/sys/kernel/sched_autogroup_enabled`, the default of most distributions) a new
+session is a CPU-scheduling group of its own, apart from the load generator's, and on a busy node
+whole rounds then stall for about a second (`bench/launch_stalls.py` measures both ways). It is
+stopped in every path: normal end, failure, Ctrl-C, SIGTERM, and, since a SIGKILLed tuner runs no
+cleanup, through two more guards: the server's leader gets SIGTERM when the tuner dies (Linux
+parent-death signal), and each server's process group is recorded in the store so the next run on
+this host reaps whatever survived.
 """
 
 from __future__ import annotations
@@ -44,7 +48,14 @@ def server_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _own_group_dying_with_parent() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)  # a group of its own, in tuner's session (see the module's docstring)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _new_session_dying_with_parent() -> None:
+    os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -80,6 +91,9 @@ class ServerProcess:
     workdir: Path
     proc: subprocess.Popen | None = None
     create_time: float | None = None
+    # True starts the server in a session of its own, as tuner did before; only for comparing
+    # the two (bench/launch_stalls.py).
+    new_session: bool = False
 
     @property
     def log_path(self) -> Path:
@@ -98,8 +112,8 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=(_new_session_dying_with_parent if self.new_session
+                            else _own_group_dying_with_parent),
             )
         finally:
             log.close()
