@@ -144,3 +144,19 @@ def test_the_sweep_stops_at_the_first_level_a_server_no_longer_serves(tmp_path):
     assert "every request failed at c=2" in trial.failure_reason
     assert [m.concurrency for m in trial.measurements] == [2]  # c=4 and c=8 were not sent
     ctx.store.close()
+
+
+def test_a_grid_study_runs_every_feasible_configuration_once_and_stops(tmp_path):
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.002}}
+    ctx = landscape_study(tmp_path, landscape, [4, 8, 16], n_trials=10)
+    ctx.spec.sampler.name = "grid"
+    said: list[str] = []
+    ctx.say = said.append
+
+    loop.run_study(ctx, n_trials=10)
+
+    launched = sorted(t.params["max_batch_size"] for t in ctx.store.trials(ctx.name))
+    assert launched == [4, 8, 16]
+    assert "every feasible configuration of the space has been tried" in said
+    assert isinstance(load_or_create_study(ctx).sampler, optuna.samplers.GridSampler)
+    ctx.store.close()

@@ -159,6 +159,8 @@ def test_a_trial_whose_worker_stops_beating_is_failed_interrupted_and_retried_on
     ctx = SimpleNamespace(store=store, name="s", say=said.append,
                           inventory=SimpleNamespace(host="another-node"))
     dist = {"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])}
+    for batch in (4, 16):  # two configurations: the store claims each once
+        study.enqueue_trial({"max_batch_size": batch})
     alive, dead = study.ask(dist), study.ask(dist)
     ids = {}
     for trial in (alive, dead):

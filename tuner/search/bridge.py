@@ -15,6 +15,7 @@ import tuner
 from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search.context import Say, StudyContext
 from tuner.spec.errors import BadInput
+from tuner.spec.space import SearchSpace
 from tuner.spec.study_spec import BudgetSpec, StudySpec
 from tuner.store import Store, TrialRecord, mask_url
 
@@ -23,6 +24,9 @@ from tuner.store import Store, TrialRecord, mask_url
 # the heartbeat API, would be printed at every ask.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed", module="optuna")
 warnings.filterwarnings("ignore", message=r".*(heartbeat|fail_stale_trials|retried_trial_number)",
+                        category=optuna.exceptions.ExperimentalWarning)
+# TPE's joint modelling is marked experimental too; tuner chooses it (see make_sampler).
+warnings.filterwarnings("ignore", message=r"Argument ``(multivariate|group)`` is an experimental",
                         category=optuna.exceptions.ExperimentalWarning)
 
 # Parts of a spec that define what is measured: a resumed study must not change them.
@@ -52,8 +56,32 @@ def optuna_storage(url: str, budget: BudgetSpec | None = None,
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, **beats)
 
 
-def make_sampler(spec: StudySpec, seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(spec: StudySpec, seed: int | None,
+                 space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
     """The spec's sampler with this seed (a worker's own, see StudyContext.sampler_seed).
+
+    `grid` walks every point of the space's grid once, in a seeded order (Optuna's GridSampler;
+    the loop launches only the feasible ones, and the points that a condition makes the same
+    configuration run once)."""
+    if spec.sampler.name == "grid":
+        if space is None:
+            raise ValueError("sampler grid needs the search space")
+        grid = {name: space.values(name) for name in space.parameters}
+        return _AskTellGridSampler(grid, seed=seed)
+    return _model_sampler(spec, seed)
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """Optuna's GridSampler without its stop at the end of the grid: that stop is for
+    `study.optimize`, and tuner asks and tells (the loop ends when nothing feasible is left)."""
+
+    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                    state: TrialState, values: Any) -> None:
+        return None
+
+
+def _model_sampler(spec: StudySpec, seed: int | None) -> optuna.samplers.BaseSampler:
+    """TPE or random.
 
     TPE models the parameters jointly (`multivariate`, `group`: a draft length exists only with
     speculation), and from its first ask: the study loop itself hands it the startup trials, drawn
@@ -100,7 +128,7 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     return optuna.create_study(
         study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
         direction="maximize",
-        sampler=make_sampler(ctx.spec, ctx.sampler_seed), load_if_exists=True,
+        sampler=make_sampler(ctx.spec, ctx.sampler_seed, ctx.space), load_if_exists=True,
     )
 
 

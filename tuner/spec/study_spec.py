@@ -191,7 +191,8 @@ class ObjectiveSpec(_Strict):
 
 
 class SamplerSpec(_Strict):
-    name: Literal["tpe", "random"] = "tpe"
+    # grid: every configuration once (Optuna's GridSampler), the exhaustive baseline.
+    name: Literal["tpe", "random", "grid"] = "tpe"
     seed: int | None = 0
     n_startup_trials: int = Field(3, ge=1, description="Random trials before TPE models the space.")
 
