@@ -112,7 +112,9 @@ def main() -> None:
     """Run the app. Exit statuses: 0 ok; 2 bad input (a spec, flag, file or database that cannot
     be used as given); 3 no result (no trial met the SLA); 130 interrupted."""
     try:
-        app(standalone_mode=False)
+        # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM during a study) into exit code 130
+        # and, outside standalone mode, returns it rather than exiting.
+        code = app(standalone_mode=False)
     except TunerError as e:
         err.print(f"error: {e}")
         sys.exit(e.exit_code)
@@ -131,6 +133,10 @@ def main() -> None:
         if isinstance(e, abort):
             sys.exit(EXIT_INTERRUPTED)
         raise
+    if code == EXIT_INTERRUPTED:
+        err.print("interrupted: the running trial was stopped and recorded as failed")
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:

@@ -1,0 +1,43 @@
+"""Exit statuses a deploy pipeline can rely on, from the real command against the fake engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.conftest import TUNER, base_spec, wait_for, write_yaml
+from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.store import Store
+
+
+def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(tmp_path: Path):
+    (tmp_path / "landscape.json").write_text(json.dumps({"default": {"fail": "not_ready"}}))
+    write_yaml(tmp_path / "space.yaml", {"name": "one", "engine": "vllm", "parameters": {
+        "max_batch_size": {"values": [4]}}})
+    spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
+                     hardware={"gpu_type": "cpu", "devices": 1},
+                     workload={"input_len": 8, "output_len": 8, "concurrency": [2],
+                               "requests_per_level": 8},
+                     budget={"n_trials": 1, "trial_timeout_s": 120, "confirm_top_k": 0})
+    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
+                      "ready_timeout_s": 120,
+                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    write_yaml(tmp_path / "study.yaml", spec)
+    out = open(tmp_path / "out.txt", "w")  # noqa: SIM115 (the child writes it)
+    proc = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_for(lambda: "trial 0" in (tmp_path / "out.txt").read_text(), 60, "the trial")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    assert "interrupted: the running trial was stopped" in (tmp_path / "out.txt").read_text()
+    with Store.open(f"sqlite:///{tmp_path / 'tuner.db'}", create=False) as store:
+        (trial,) = store.trials("test-study")
+        assert (trial.state, trial.failure_kind) == ("failed", "interrupted")
