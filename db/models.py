@@ -131,7 +131,8 @@ class TrialModel(Base):
     worker_pid: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
-    # The re-run in a fresh server (`tuner confirm`): confirmed | differs | failed, or None.
+    # The re-run in a fresh server (`tuner confirm`): confirmed | inconclusive | differs |
+    # failed, or None.
     confirm_state: Mapped[str | None] = mapped_column(String(16))
     confirm_objective: Mapped[float | None] = mapped_column(Float)
     confirm_meets_sla: Mapped[bool | None] = mapped_column(Boolean)

@@ -25,9 +25,14 @@ def store(tmp_path):
     return study_store(tmp_path)
 
 
-def _levels(value: float, *, meets: bool = True, ci: float | None = None, gpus: int = 1):
+def _levels(value: float, *, meets: bool = True, ci: float | None = None, gpus: int = 1,
+            converged: bool | None = None):
+    """One level; with an interval, converged unless said otherwise."""
+    if converged is None and ci is not None:
+        converged = True
     return [replace(LEVEL, output_tok_s_per_gpu=value, output_tok_s=value * gpus,
-                    meets_sla=meets, output_tok_s_ci95=ci)]
+                    meets_sla=meets, output_tok_s_ci95=ci, converged=converged,
+                    rounds=None if ci is None else 5)]
 
 
 def test_the_top_k_that_met_the_sla_are_chosen_by_their_first_run(store):
@@ -74,13 +79,34 @@ def test_the_interval_is_per_gpu_like_the_objective(store):
     assert judge(trial, _levels(440.0, ci=80.0, gpus=2), SLA_).state == "differs"
 
 
-def test_without_a_measured_interval_a_fixed_tolerance_applies_and_is_named(store):
+def test_without_a_measured_interval_agreement_is_inconclusive_and_a_gap_differs(store):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     trial = store.trials("s")[0]
     inside = 500.0 * (1 - FALLBACK_TOLERANCE) + 1
-    assert judge(trial, _levels(inside), SLA_).state == "confirmed"
+    verdict = judge(trial, _levels(inside), SLA_)
+    assert verdict.state == "inconclusive" and "did not converge" in verdict.reason
     verdict = judge(trial, _levels(500.0 * (1 - FALLBACK_TOLERANCE) - 1), SLA_)
     assert verdict.state == "differs" and "no interval was measured" in verdict.reason
+
+
+def test_overlapping_intervals_of_runs_that_did_not_converge_are_inconclusive(store):
+    add_trial(store, 0, TP1, 500.0, True, gpus=1)
+    trial = store.trials("s")[0]
+    trial.measurements = _levels(500.0, ci=240.0, converged=False)  # ±48%
+    verdict = judge(trial, _levels(350.0, ci=60.0), SLA_)  # 30% away, inside the wide interval
+    assert verdict.state == "inconclusive"
+    assert "the first run did not converge" in verdict.reason
+    assert verdict.again == 350.0
+
+
+def test_an_inconclusive_confirmation_crowns_no_winner(store):
+    add_trial(store, 0, TP1, 500.0, True, gpus=1)
+    add_trial(store, 1, TP2, 450.0, True, gpus=1)
+    store.record_confirmation("s", 0, state="inconclusive", objective=700.0, meets_sla=True,
+                              reason="wide")
+    store.record_confirmation("s", 1, state="confirmed", objective=440.0, meets_sla=True,
+                              reason=None)
+    assert winner(store.get_study("s"), store.trials("s")).number == 1
 
 
 def test_a_rerun_that_misses_the_sla_differs_and_one_with_no_success_failed(store):

@@ -25,7 +25,8 @@ from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
 
 # 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
-SCHEMA_VERSION = 2
+# 3 added the confirmation state `inconclusive`; nothing else changed.
+SCHEMA_VERSION = 3
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -73,7 +74,7 @@ class Provenance(_Model):
 class ConfirmationInfo(_Model):
     """The trial measured again in a fresh server (`tuner confirm`), beside its first run."""
 
-    state: Literal["confirmed", "differs", "failed"]
+    state: Literal["confirmed", "inconclusive", "differs", "failed"]
     value: float | None  # the objective measured again
     meets_sla: bool | None
     reason: str | None  # why it differs or failed
@@ -82,7 +83,7 @@ class ConfirmationInfo(_Model):
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo

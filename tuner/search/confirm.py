@@ -4,8 +4,10 @@ winner is named.
 One short measurement on a noisy node can crown a configuration by luck (a lucky round, a warm
 page cache, a neighbour that went quiet). So the top K complete trials that met the SLA are
 re-run through the same serving path as a trial, in a fresh server each; the winner is the best
-confirmed one (see `tuner.search.rules.winner`), and a confirmation that lands further from the
-first measurement than the measured interval allows is marked `differs`.
+confirmed one (see `tuner.search.rules.winner`). A confirmation that lands further from the
+first measurement than the measured intervals allow is `differs`; one that lands within them is
+`confirmed` only when both runs converged, else `inconclusive` (wide intervals that overlap say
+little), which crowns no winner.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ FALLBACK_TOLERANCE = 0.10
 class Confirmation:
     number: int
     params: dict[str, Any]
-    state: str  # confirmed | differs | failed
+    state: str  # confirmed | inconclusive | differs | failed
     first: float  # the trial's objective when it was first measured
     again: float | None  # the confirmation's objective (None when it failed)
     meets_sla: bool | None
@@ -81,6 +83,14 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA) -> Confi
         return Confirmation(trial.number, trial.params, "differs", first, value, True,
                             f"{gap:+,.0f} tok/s/GPU from the first run ({first:,.0f}), "
                             f"outside {how}")
+    unsettled = [name for name, m in (("first run", first_best), ("confirmation", best))
+                 if m is None or m.converged is not True]
+    if unsettled:
+        # Agreement within intervals that are wide, or absent, says little either way.
+        return Confirmation(trial.number, trial.params, "inconclusive", first, value, True,
+                            f"{gap:+,.0f} tok/s/GPU from the first run ({first:,.0f}), within "
+                            f"{how}, but the {' and the '.join(unsettled)} did not converge "
+                            "(raise workload.max_rounds)")
     return Confirmation(trial.number, trial.params, "confirmed", first, value, True, None)
 
 

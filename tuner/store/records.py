@@ -113,7 +113,7 @@ def counts_toward_budget(state: str, failure_kind: str | None) -> bool:
 
 
 # The verdicts of a trial's re-run in a fresh server (`tuner confirm`).
-CONFIRM_STATES = ("confirmed", "differs", "failed")
+CONFIRM_STATES = ("confirmed", "inconclusive", "differs", "failed")
 
 
 @dataclass
@@ -152,7 +152,7 @@ class TrialRecord:
     finished_at: dt.datetime | None
     measurements: list[LevelMeasurement]  # the trial's own sweep, in sweep order
     # Its re-run in a fresh server (`tuner confirm`); None and [] until confirmed.
-    confirm_state: str | None = None  # confirmed | differs | failed
+    confirm_state: str | None = None  # confirmed | inconclusive | differs | failed
     confirm_objective: float | None = None
     confirm_meets_sla: bool | None = None
     confirm_reason: str | None = None

@@ -281,7 +281,7 @@ class Store:
         measurements: Sequence[LevelMeasurement] = (),
     ) -> None:
         """Store a finished trial's re-run in a fresh server, replacing an earlier one, with its
-        verdict (confirmed | differs | failed) in one transaction."""
+        verdict (confirmed | inconclusive | differs | failed) in one transaction."""
         if state not in CONFIRM_STATES:
             raise ValueError(f"confirmation state must be one of {CONFIRM_STATES}, not {state!r}")
         with self._session(f"confirm trial {number} of study {study_name!r}") as session:
