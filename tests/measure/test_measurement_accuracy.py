@@ -15,13 +15,14 @@ overhead, checked from the replayed draws alone (no timing involved).
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 
 import pytest
 from fake_openai_server import Script, serve_in_process
 
-from tuner.measure.loadgen import Repeats, run_sweep
+from tuner.measure.loadgen import Repeats, poisson_gaps, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.spec.sla import SLA
 
@@ -86,3 +87,37 @@ def test_repeats_report_rounds_and_an_interval_for_throughput(level):
     assert m.rounds == ROUNDS == len(run.rounds)
     assert m.output_tok_s_ci95 is not None and m.output_tok_s_ci95 > 0
     assert m.output_tok_s == pytest.approx(statistics.fmean(r.output_tok_s for r in run.rounds))
+
+
+# open loop: a request is timed from its scheduled arrival, so a queue shows in its TTFT
+
+
+def queued_ttfts(arrivals: list[float], slots: int, service_s: float) -> list[float]:
+    """TTFT of each arrival through `slots` servers of fixed service time, first come first
+    served (the first token comes at the end of service: one-token responses)."""
+    free = [0.0] * slots
+    out = []
+    for t in arrivals:
+        i = min(range(slots), key=free.__getitem__)
+        begin = max(t, free[i])
+        free[i] = begin + service_s
+        out.append(begin - t + service_s)
+    return out
+
+
+@pytest.mark.parametrize("load", [0.8, 1.2])
+def test_open_loop_ttft_includes_the_queue_the_offered_load_builds(load):
+    # The client's in-flight cap is the service's slots: at 120% of capacity requests queue
+    # before they are sent, and that wait is the user's as much as the server's.
+    service_s, slots, n, seed = 0.2, 4, 40, 5
+    rate = load * slots / service_s
+    with serve_in_process(Script(ttft_s=service_s, tokens=1)) as (url, _pid):
+        (run,) = run_sweep(url, "m", PROMPTS, [slots], requests_per_level=n, output_len=1,
+                           warmup_requests=0, request_timeout_s=60, rates=[rate], seed=seed)
+    gaps = list(itertools.islice(poisson_gaps(rate, random.Random(seed * 1_000_003)), n - 1))
+    expected = queued_ttfts(list(itertools.accumulate(gaps, initial=0.0)), slots, service_s)
+    measured = statistics.mean(r.ttft_s for r in run.results if r.ok)
+    assert len([r for r in run.results if r.ok]) == n
+    assert measured == pytest.approx(statistics.mean(expected), rel=0.10)
+    if load > 1:  # the queue is real: well above the service time alone
+        assert statistics.mean(expected) > 1.3 * service_s

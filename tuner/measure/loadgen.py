@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import aiohttp
@@ -266,15 +266,18 @@ async def _run_poisson(
 
     Arrivals sit on absolute times (start + the sum of gaps), so a late wake-up does not push
     every later send back. The cap (requests in flight) holds a send back only when reached;
-    set it above what the rate can pile up and it never does.
+    set it above what the rate can pile up and it never does. Each request is timed from its
+    scheduled arrival, not from its send (`from_arrival`): a request the cap or a late wake-up
+    held back has waited, as a user would have, so TTFT and latency include that wait rather
+    than hide the queue (coordinated omission).
     """
     slots = asyncio.Semaphore(cap)
     tasks: list[asyncio.Task[RequestResult]] = []
     gaps = poisson_gaps(rate, rng)
 
-    async def send(body: bytes) -> RequestResult:
+    async def send(body: bytes, arrival: float) -> RequestResult:
         try:
-            return await send_request(session, url, body, timeout)
+            return from_arrival(await send_request(session, url, body, timeout, clock), arrival)
         finally:
             slots.release()
 
@@ -284,9 +287,20 @@ async def _run_poisson(
         if delay > 0:
             await asyncio.sleep(delay)
         await slots.acquire()
-        tasks.append(asyncio.create_task(send(body)))
+        tasks.append(asyncio.create_task(send(body, due)))
         due += next(gaps)
     return list(await asyncio.gather(*tasks))
+
+
+def from_arrival(result: RequestResult, arrival: float) -> RequestResult:
+    """The request timed from when it was due to arrive: its wait before the send is added to
+    its time to first token and its latency (gaps between tokens are unchanged)."""
+    wait = max(0.0, result.start - arrival)
+    if not wait:
+        return result
+    return replace(result, start=arrival,
+                   ttft_s=None if result.ttft_s is None else result.ttft_s + wait,
+                   latency_s=None if result.latency_s is None else result.latency_s + wait)
 
 
 async def run_level(
