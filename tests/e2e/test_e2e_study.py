@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_tuner
+from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.store import Store
 
 pytestmark = [
@@ -78,7 +79,7 @@ def test_optuna_sees_the_same_outcomes_with_the_sla_as_constraints(study_dir):
     unusable = [t for t in study.trials if t.user_attrs.get("failure_kind")]
     assert {t.user_attrs["failure_kind"] for t in unusable} >= {"crash"}
     for t in unusable:
-        assert t.value == 0.0 and max(t.constraints.values()) == 1.0
+        assert t.value == 0.0 and max(t.constraints.values()) == UNUSABLE_VIOLATION
     measured = [t for t in study.trials if t not in unusable and "repeat_of" not in t.user_attrs]
     assert len(measured) == 2
     for t in measured:
