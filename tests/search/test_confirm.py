@@ -99,14 +99,19 @@ def test_overlapping_intervals_of_runs_that_did_not_converge_are_inconclusive(st
     assert verdict.again == 350.0
 
 
-def test_an_inconclusive_confirmation_crowns_no_winner(store):
+def test_the_winner_is_ranked_by_the_reruns_and_carries_its_verdict(store):
     add_trial(store, 0, TP1, 500.0, True, gpus=1)
     add_trial(store, 1, TP2, 450.0, True, gpus=1)
-    store.record_confirmation("s", 0, state="inconclusive", objective=700.0, meets_sla=True,
+    add_trial(store, 2, {"tensor_parallel_size": 1, "max_batch_size": 64}, 480.0, True, gpus=1)
+    store.record_confirmation("s", 0, state="inconclusive", objective=470.0, meets_sla=True,
                               reason="wide")
-    store.record_confirmation("s", 1, state="confirmed", objective=440.0, meets_sla=True,
-                              reason=None)
-    assert winner(store.get_study("s"), store.trials("s")).number == 1
+    store.record_confirmation("s", 1, state="differs", objective=300.0, meets_sla=True,
+                              reason="-150")
+    store.record_confirmation("s", 2, state="inconclusive", objective=900.0, meets_sla=False,
+                              reason="missed")
+    best = winner(store.get_study("s"), store.trials("s"))
+    # Not the one that missed the SLA in its re-run, nor the one re-measured lower.
+    assert (best.number, best.confirm_state) == (0, "inconclusive")
 
 
 def test_a_rerun_that_misses_the_sla_differs_and_one_with_no_success_failed(store):

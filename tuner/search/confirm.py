@@ -7,7 +7,7 @@ re-run through the same serving path as a trial, in a fresh server each; the win
 confirmed one (see `tuner.search.rules.winner`). A confirmation that lands further from the
 first measurement than the measured intervals allow is `differs`; one that lands within them is
 `confirmed` only when both runs converged, else `inconclusive` (wide intervals that overlap say
-little), which crowns no winner.
+little), and said as such wherever the winner is shown.
 """
 
 from __future__ import annotations

@@ -65,9 +65,11 @@ def met_sla(trial: TrialRecord) -> bool:
 
 
 def is_confirmed(trial: TrialRecord) -> bool:
-    """Re-run in a fresh server and met the SLA again (within its interval or not)."""
-    return (trial.confirm_state in ("confirmed", "differs") and bool(trial.confirm_meets_sla)
-            and trial.confirm_objective is not None)
+    """Re-run in a fresh server and met the SLA again, whatever the verdict on its value
+    (confirmed, inconclusive or differs: the verdict is shown beside the winner, and only
+    `confirmed` is ever called confirmed)."""
+    return (trial.confirm_state in ("confirmed", "inconclusive", "differs")
+            and bool(trial.confirm_meets_sla) and trial.confirm_objective is not None)
 
 
 def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
