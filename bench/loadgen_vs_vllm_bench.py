@@ -18,15 +18,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tiny_vllm import tiny_vllm
+
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import synthetic_token_prompts
 from tuner.search.context import resolve_executable
-from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import cpu_inventory
 from tuner.serve.launcher import ServerProcess, free_port
 from tuner.spec.sla import SLA
-from tuner.spec.space import read_model_shape
 
 
 def tuner_client(base_url, model, vocab, a, seed) -> tuple[float, float]:
@@ -68,18 +69,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
 
-    model = Path(a.model)
-    if not model.exists():
-        from tuner.serve.tiny_model import generate_tiny_gpt_oss
-
-        generate_tiny_gpt_oss(model)
-    model = str(model.resolve())
-    vocab = read_model_shape(Path(model)).vocab_size
-    settings = EngineSettings(
-        executable=resolve_executable("vllm"), model=model,
-        args={"max-model-len": 512, "dtype": "bfloat16", "enforce-eager": True,
-              "enable-prefix-caching": False},
-        env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})
+    model, vocab, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
