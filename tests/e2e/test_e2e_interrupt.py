@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import base_spec, run_tuner, wait_for, write_yaml
 from tuner.serve.launcher import group_members
-from tuner.store import Store
+from tuner.store import Store, StoreError
 
 pytestmark = [
     pytest.mark.engine,
@@ -33,9 +33,11 @@ def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_m
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def server_ready():
-            if not (tmp_path / "tuner.db").exists():
+            try:  # the file exists a moment before its tables do
+                with Store.open(url, create=False) as store:
+                    servers = store.unstopped_servers(os.uname().nodename)
+            except StoreError:
                 return None
-            servers = Store.open(url, create=False).unstopped_servers(os.uname().nodename)
             log = tmp_path / "tuner-runs" / "test-study" / "trial-0000" / "server.log"
             if servers and log.exists() and "startup complete" in log.read_text():
                 return servers[0]
