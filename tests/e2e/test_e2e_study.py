@@ -107,7 +107,7 @@ def test_the_run_ends_by_confirming_its_winner_in_a_fresh_server(study_dir):
     assert "confirmation: re-running the top 1 in a fresh server each" in out
     record = json.loads((study_dir / "tuner-exports" / "test-study" / "best.json").read_text())
     confirmation = record["confirmation"]
-    assert confirmation["state"] in ("confirmed", "differs")
+    assert confirmation["state"] in ("confirmed", "inconclusive", "differs")
     assert [m["concurrency"] for m in confirmation["measurements"]] == [2, 8]
     assert confirmation["value"] > 0
 
