@@ -78,13 +78,19 @@ def test_workers_setting_up_optunas_tables_at_once_do_not_collide(pg_url):
         assert list(pool.map(_optuna_setup, [pg_url] * 6)) == [1] * 6
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_concurrent_claims_never_exceed_the_budget(backend, request, tmp_path):
+def _empty_study(backend: str, request, tmp_path) -> str:
+    """The URL of a database on `backend` holding one empty study "s"."""
     url = request.getfixturevalue("pg_url") if backend == "postgresql" else \
         f"sqlite:///{tmp_path}/tuner.db"
     with Store.open(url) as store:
         store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec={}, space={},
                            tuner_version="test")
+    return url
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_concurrent_claims_never_exceed_the_budget(backend, request, tmp_path):
+    url = _empty_study(backend, request, tmp_path)
     with ProcessPoolExecutor(8) as pool:
         claimed = list(pool.map(_claim, [url] * 8, range(8)))
     assert sum(claimed) == 3
@@ -102,11 +108,7 @@ def test_concurrent_claims_never_exceed_the_budget(backend, request, tmp_path):
 
 @pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
 def test_a_configuration_is_claimed_once_across_workers(backend, request, tmp_path):
-    url = request.getfixturevalue("pg_url") if backend == "postgresql" else \
-        f"sqlite:///{tmp_path}/tuner.db"
-    with Store.open(url) as store:
-        store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec={}, space={},
-                           tuner_version="test")
+    url = _empty_study(backend, request, tmp_path)
     with ProcessPoolExecutor(6) as pool:
         outcomes = list(pool.map(_claim_config, [url] * 6, range(6)))
     assert sorted(outcomes) == ["claimed"] + ["taken"] * 5

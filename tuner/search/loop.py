@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
 from tuner.search.context import StudyContext
 from tuner.search.recovery import reap_stale, recover
-from tuner.search.rules import config_key, counts_toward_budget
+from tuner.search.rules import config_key, settled
 from tuner.search.trial import TrialResult, run_trial
 from tuner.serve.slots import DevicePool
 from tuner.spec.space import (
@@ -32,7 +32,6 @@ from tuner.spec.space import (
     describe,
 )
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
-from tuner.store.records import settles_configuration
 
 MAX_IDLE_ASKS = 10
 
@@ -50,12 +49,7 @@ class WarmStart:
 def _finished_configs(ctx: StudyContext) -> dict[str, TrialRecord]:
     """The configurations settled by trials that count toward the budget, each with its last
     such trial (a transient failure alone leaves its configuration open for one retry)."""
-    counted: dict[str, list[TrialRecord]] = {}
-    for t in ctx.store.trials(ctx.name):
-        if counts_toward_budget(t.state, t.failure_kind):
-            counted.setdefault(config_key(t.params), []).append(t)
-    return {key: ts[-1] for key, ts in counted.items()
-            if settles_configuration([(t.state, t.failure_kind) for t in ts])}
+    return settled(ctx.store.trials(ctx.name))
 
 
 def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:

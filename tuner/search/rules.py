@@ -15,15 +15,32 @@ from tuner.spec.errors import NoResult
 from tuner.spec.sla import SLA
 from tuner.spec.study_spec import SLASpec
 from tuner.store import StudyRecord, TrialRecord
-from tuner.store.records import LevelMeasurement, config_key, counts_toward_budget
+from tuner.store.records import (
+    LevelMeasurement,
+    config_key,
+    counts_toward_budget,
+    settles_configuration,
+)
 
 __all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
-           "met_sla", "objective", "study_sla", "winner"]
+           "met_sla", "objective", "settled", "study_sla", "winner"]
 
 
 def launched(trials: Iterable[TrialRecord]) -> int:
     """How many of these trials spent the budget (`counts_toward_budget`)."""
     return sum(1 for t in trials if counts_toward_budget(t.state, t.failure_kind))
+
+
+def settled(trials: Iterable[TrialRecord]) -> dict[str, TrialRecord]:
+    """The configurations these trials settle (`settles_configuration`, over the trials that
+    count toward the budget), each with its last such trial: a single transient failure leaves
+    its configuration open for one retry."""
+    counted: dict[str, list[TrialRecord]] = {}
+    for t in trials:
+        if counts_toward_budget(t.state, t.failure_kind):
+            counted.setdefault(config_key(t.params), []).append(t)
+    return {key: ts[-1] for key, ts in counted.items()
+            if settles_configuration([(t.state, t.failure_kind) for t in ts])}
 
 
 def best_level(levels: list[LevelMeasurement],

@@ -22,11 +22,11 @@ from tuner.measure.prompts import (
 from tuner.search.bridge import tell_measured, tell_retry, tell_unusable
 from tuner.search.context import HOST, StudyContext
 from tuner.search.recovery import worker_id
-from tuner.search.rules import config_key, counts_toward_budget, objective
+from tuner.search.rules import config_key, objective, settled
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
-from tuner.store.records import LevelMeasurement, settles_configuration
+from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement
 
 
 @dataclass
@@ -153,7 +153,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     )
     if result.state == "complete":
         tell_measured(study, trial, result.objective, violations)
-    elif _retry_pending(ctx, params):
+    elif _retry_pending(ctx, params, result.failure_kind):
         tell_retry(study, trial, params, result.failure_kind, result.failure_reason)
         ctx.say(f"  {result.failure_kind} may be the node's, not the configuration's: it runs "
                 "once more on a fresh server")
@@ -162,13 +162,11 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     return result
 
 
-def _retry_pending(ctx: StudyContext, params: dict[str, Any]) -> bool:
-    """Whether the configuration's trials so far (this one included) leave it open: a single
-    transient failure gets one retry (`settles_configuration`)."""
-    key = config_key(params)
-    attempts = [(t.state, t.failure_kind) for t in ctx.store.trials(ctx.name)
-                if config_key(t.params) == key and counts_toward_budget(t.state, t.failure_kind)]
-    return bool(attempts) and not settles_configuration(attempts)
+def _retry_pending(ctx: StudyContext, params: dict[str, Any], kind: str | None) -> bool:
+    """Whether this failure, just recorded, leaves its configuration open: a single transient
+    failure gets one retry (`rules.settled`)."""
+    return kind in TRANSIENT_FAILURES and config_key(params) not in settled(
+        ctx.store.trials(ctx.name))
 
 
 def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
