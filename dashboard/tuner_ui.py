@@ -20,7 +20,8 @@ from tuner.store import Store, StoreError
 CACHE_ENTRIES = 16
 SUCCESS = "#2e7d32"
 STATE_COLORS = {"complete": "#2e7d32", "met SLA": "#2e7d32", "missed SLA": "#f9a825",
-                "failed": "#c62828", "infeasible": "#9e9e9e", "running": "#1565c0"}
+                "failed": "#c62828", "infeasible": "#9e9e9e", "running": "#1565c0",
+                "pruned": "#8d6e63"}
 
 
 # ---------------------------------------------------------------- errors never become traces
@@ -192,7 +193,7 @@ def study_subtitle(s: dd.StudySummary) -> str:
 
 def state_badge(state: str) -> str:
     colors = {"running": "blue", "finished": "green", "stopped": "orange", "empty": "gray",
-              "complete": "green", "failed": "red", "infeasible": "gray"}
+              "complete": "green", "failed": "red", "infeasible": "gray", "pruned": "orange"}
     return f":{colors.get(state, 'gray')}-badge[{state}]"
 
 

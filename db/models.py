@@ -32,7 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, rela
 
 VERSION_TABLE = "tuner_alembic_version"
 TABLE_PREFIX = "tuner_"
-TRIAL_STATES = ("running", "complete", "failed", "infeasible")
+TRIAL_STATES = ("running", "complete", "failed", "infeasible", "pruned")
 
 # As Optuna: MySQL cannot index longer VARCHARs; unindexed free text is Text.
 MAX_INDEXED_STRING_LENGTH = 512
@@ -127,6 +127,8 @@ class TrialModel(Base):
     engine_version: Mapped[str | None] = mapped_column(String(256))
     gpus: Mapped[int | None] = mapped_column(Integer)
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    # Levels the sweep did not measure, each with why: [{level, concurrency, request_rate, reason}]
+    skipped_levels: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     worker_host: Mapped[str | None] = mapped_column(String(256))
     worker_pid: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)

@@ -39,8 +39,14 @@ def render() -> None:
     st.markdown(f"`{dd.describe(trial.params)}`{star}")
     if trial.state in ("failed", "infeasible"):
         st.error(f"**{trial.failure_kind or trial.state}**: {trial.failure_reason or 'no reason'}")
+    elif trial.state == "pruned":
+        st.warning(f"**pruned**: {trial.failure_reason}")
     elif trial.state == "running":
         st.info("This trial is running: its figures appear when it finishes.")
+    for skipped in trial.skipped_levels:
+        where = (f"{skipped['request_rate']:g} req/s" if skipped.get("request_rate") is not None
+                 else f"c={skipped['concurrency']}")
+        st.caption(f"{where} {skipped['reason']}")
 
     cols = st.columns(5)
     cols[0].metric(dd.TOK_GPU, ui.fmt(trial.objective))

@@ -186,7 +186,7 @@ def test_the_front_brute_force_agrees_on_random_points():
 def test_a_study_summary_counts_states_and_names_the_best_trial(url):
     w = mixed_study(url)
     s = dd.summarize(w.data())
-    assert s.counts == {"complete": 2, "failed": 1, "infeasible": 1, "running": 0}
+    assert s.counts == {"complete": 2, "pruned": 0, "failed": 1, "infeasible": 1, "running": 0}
     assert s.best.number == 2 and s.best_value == 1500.0
     assert s.state == "stopped"  # 3 launched of a budget of 4
     assert s.started is not None and s.finished is not None and s.finished >= s.started

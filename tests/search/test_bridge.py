@@ -11,7 +11,7 @@ from optuna.samplers._tpe.sampler import _split_trials
 
 from tests.report.test_export import LEVEL
 from tuner.measure.metrics import MISSING_VIOLATION, UNUSABLE_VIOLATION, sla_violations
-from tuner.search.bridge import tell_measured, tell_unusable
+from tuner.search.bridge import IncumbentPruner, tell_measured, tell_pruned, tell_unusable
 from tuner.spec.sla import SLA
 
 SLA_ = SLA(ttft_p90_ms=1000.0, min_tok_s_per_user_p90=20.0)
@@ -64,3 +64,27 @@ def test_a_failure_is_worse_than_the_worst_sla_miss_and_a_missing_figure_worse_t
     assert worst_miss < UNUSABLE_VIOLATION
     far = replace(LEVEL, errors=LEVEL.requests - 1, ttft_p90_ms=1e9, tok_s_per_user_p90=0.0)
     assert sum(sla_violations(far, SLA_).values()) < MISSING_VIOLATION
+
+
+def test_a_pruned_trial_ranks_behind_every_complete_one_and_ahead_of_failures():
+    study = optuna.create_study(direction="maximize")
+    tell_measured(study, ask(study, 4), 100.0, sla_violations(LEVEL, SLA_))
+    slow = ask(study, 16)
+    slow.report(900.0, 0)  # pruned on a figure above the complete trial's: still behind it
+    tell_pruned(study, slow, sla_violations(LEVEL, SLA_), "clearly below the incumbent")
+    tell_unusable(study, ask(study, 64), "failed", "crash", "segfault")
+    assert good_group(study, 1) == [4]
+    assert good_group(study, 2) == [4, 16]
+
+
+def test_the_pruner_prunes_once_the_reported_upper_end_is_under_the_incumbent():
+    floor = [None]
+    study = optuna.create_study(direction="maximize", pruner=IncumbentPruner(lambda: floor[0]))
+    trial = ask(study, 4)
+    assert not trial.should_prune()  # nothing reported yet
+    trial.report(450.0, 0)
+    assert not trial.should_prune()  # no incumbent yet
+    floor[0] = 450.0
+    assert not trial.should_prune()  # touching the floor is not clearly below
+    floor[0] = 451.0
+    assert trial.should_prune()

@@ -12,7 +12,7 @@ from tests.conftest import base_spec, write_yaml
 from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tests.plan.test_plan import _context, small_spec
 from tuner.measure.metrics import UNUSABLE_VIOLATION
-from tuner.search import loop
+from tuner.search import loop, rules
 from tuner.search.bridge import load_or_create_study
 from tuner.search.context import StudyContext, prepare
 from tuner.search.rules import config_key
@@ -67,15 +67,18 @@ def load_sampler():
 
 
 def landscape_study(tmp_path: Path, landscape: dict, values: list[int], n_trials: int,
-                    concurrency: tuple[int, ...] = (2,), **budget) -> StudyContext:
-    """A study of `max_batch_size` over `values` on this node, served by the fake engine."""
+                    concurrency: tuple[int, ...] = (2,), workload: dict | None = None,
+                    **budget) -> StudyContext:
+    """A study of `max_batch_size` over `values` on this node, served by the fake engine
+    (`workload` adds to or overrides its small sweep)."""
     (tmp_path / "landscape.json").write_text(json.dumps(landscape))
     write_yaml(tmp_path / "space.yaml", {"name": "batch", "engine": "vllm", "parameters": {
         "max_batch_size": {"values": values}}})
     spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
                      hardware={"gpu_type": "cpu", "devices": 1},
                      workload={"input_len": 8, "output_len": 8, "concurrency": list(concurrency),
-                               "requests_per_level": 8, "warmup_requests": 1},
+                               "requests_per_level": 8, "warmup_requests": 1,
+                               **(workload or {})},
                      sla={"ttft_p90_ms": 1000},
                      budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0,
                              **budget},
@@ -159,4 +162,46 @@ def test_a_grid_study_runs_every_feasible_configuration_once_and_stops(tmp_path)
     assert launched == [4, 8, 16]
     assert "every feasible configuration of the space has been tried" in said
     assert isinstance(load_or_create_study(ctx).sampler, optuna.samplers.GridSampler)
+    ctx.store.close()
+
+
+def test_levels_above_one_that_missed_a_latency_target_are_skipped_and_say_why(tmp_path):
+    landscape = {"default": {"ttft_s": 0.3, "itl_s": 0.002}}  # over the 200 ms TTFT target
+    ctx = landscape_study(tmp_path, landscape, [8], n_trials=1, concurrency=(2, 4, 8))
+    ctx.spec.sla.ttft_p90_ms = 200
+
+    loop.run_study(ctx, n_trials=1)
+
+    (trial,) = ctx.store.trials(ctx.name)
+    assert (trial.state, trial.meets_sla) == ("complete", False)  # a miss, not a failure
+    assert [m.concurrency for m in trial.measurements] == [2]
+    assert [(s["level"], s["concurrency"]) for s in trial.skipped_levels] == [(1, 4), (2, 8)]
+    assert all("c=2 missed its TTFT p90" in s["reason"] and "higher load cannot meet it"
+               in s["reason"] for s in trial.skipped_levels)
+    ctx.store.close()
+
+
+def test_a_trial_clearly_below_the_incumbent_stops_its_rounds_and_is_pruned(tmp_path):
+    # max-num-seqs 16 streams forty times faster than 4; 16 runs first and is the incumbent.
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.02},
+                 "rules": [{"match": {"max-num-seqs": 16}, "itl_s": 0.0005}]}
+    ctx = landscape_study(tmp_path, landscape, [4, 16], n_trials=2,
+                          workload={"max_rounds": 5, "ci_target": 0.0001})
+    study = load_or_create_study(ctx)
+    for values in (16, 4):
+        study.enqueue_trial({"max_batch_size": values})
+
+    loop.run_study(ctx, n_trials=2)
+
+    trials = {t.params["max_batch_size"]: t for t in ctx.store.trials(ctx.name)}
+    assert trials[16].state == "complete" and trials[16].measurements[0].rounds == 5
+    slow = trials[4]
+    assert slow.state == "pruned" and slow.measurements[0].rounds == 2  # not 5
+    assert "clearly below the incumbent" in slow.failure_reason
+    assert ctx.store.budget_used(ctx.name) == 2  # it launched: it spent the budget
+    told = {t.params["max_batch_size"]: t for t in load_or_create_study(ctx).trials}
+    assert told[4].state == optuna.trial.TrialState.PRUNED
+    assert list(told[4].intermediate_values) == [0]  # reported once, after its second round
+    assert rules.winner(ctx.store.get_study(ctx.name), list(trials.values())).number == \
+        trials[16].number
     ctx.store.close()

@@ -116,3 +116,47 @@ def test_nothing_measured_gives_no_value():
 def test_ties_go_to_the_lower_concurrency_listed_first():
     value, best, feasible = objective([level(2, 100, True), level(8, 100, True)], SLA_)
     assert (value, best.concurrency, feasible) == (100, 2, True)
+
+
+# the levels a sweep skips, and the incumbent a trial must be able to beat
+
+
+def test_a_level_over_the_ttft_target_or_under_the_per_user_floor_misses_on_latency():
+    assert rules.latency_miss(level(4, 100, True), SLA_) is None
+    assert "TTFT p90 140 ms over the SLA's 100 ms" in rules.latency_miss(
+        level(4, 100, False, ttft=140), SLA_)
+    assert "per-user p90 90.0 tok/s under the SLA's 100.0" in rules.latency_miss(
+        level(4, 100, False, user=90), SLA_)
+    # Failed requests are not latency: the next level may still be fast enough.
+    assert rules.latency_miss(level(4, 100, False, errors=1), SLA_) is None
+
+
+def test_a_levels_interval_is_per_gpu_like_the_objective():
+    m = replace(BASE, output_tok_s=800.0, output_tok_s_per_gpu=400.0, output_tok_s_ci95=80.0)
+    assert rules.interval(m) == (360.0, 440.0)
+    assert rules.interval(replace(m, output_tok_s_ci95=None)) == (400.0, 400.0)
+
+
+def _trial(number: int, value: float, meets: bool = True, ci: float | None = None,
+           confirmed: float | None = None):
+    from tests.search.test_confirm import _levels
+    from tuner.store import TrialRecord
+
+    return TrialRecord(
+        id=number, study_name="s", number=number, state="complete", params={"n": number},
+        launch_plan=None, objective=value, meets_sla=meets, failure_kind=None,
+        failure_reason=None, log_tail=None, log_path=None, engine_version=None, gpus=1,
+        hardware=None, worker_host=None, worker_pid=None, started_at=None, finished_at=None,
+        measurements=_levels(value, meets=meets, ci=ci),
+        confirm_state=None if confirmed is None else "confirmed",
+        confirm_objective=confirmed, confirm_meets_sla=None if confirmed is None else True)
+
+
+def test_the_incumbent_is_the_lower_end_of_the_best_sla_meeting_trial_until_one_is_confirmed():
+    sla = SLA(ttft_p90_ms=None, min_tok_s_per_user_p90=None)
+    assert rules.incumbent_floor([], sla) is None
+    assert rules.incumbent_floor([_trial(0, 900.0, meets=False)], sla) is None
+    trials = [_trial(0, 900.0, meets=False), _trial(1, 500.0, ci=50.0), _trial(2, 480.0)]
+    assert rules.incumbent_floor(trials, sla) == 480.0  # 500 ± 50 is not clearly above 480
+    trials.append(_trial(3, 450.0, ci=20.0, confirmed=470.0))
+    assert rules.incumbent_floor(trials, sla) == 470.0  # a confirmed figure outranks first runs

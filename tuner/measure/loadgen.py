@@ -87,13 +87,18 @@ class LevelRun:
 class Repeats:
     """Measure a level in rounds until output tok/s is known within `ci_target` (the 95%
     half-width as a fraction of the mean), at least two rounds and at most `max_rounds`;
-    max_rounds 1 is a single measurement."""
+    max_rounds 1 is a single measurement. `cut_short`, asked after each round but the last with
+    the rounds' output tok/s, ends the level early when it says so (the search prunes a level
+    clearly below the incumbent)."""
 
     max_rounds: int = 1
     ci_target: float = 0.05
+    cut_short: Callable[[list[float]], bool] | None = None
 
     def done(self, round_tok_s: list[float]) -> bool:
         if len(round_tok_s) >= self.max_rounds:
+            return True
+        if self.cut_short is not None and self.cut_short(round_tok_s):
             return True
         return len(round_tok_s) >= 2 and converged(round_tok_s, self.ci_target)
 

@@ -38,7 +38,10 @@ def trial_row(t: TrialRecord) -> dict[str, Any]:
 
 
 def failure_text(row: dict[str, Any]) -> str | None:
-    """A `trial_row`'s failure as one cell, `kind: reason`; None when the trial did not fail."""
+    """A `trial_row`'s failure as one cell, `kind: reason` (a pruned trial's: why it was
+    pruned); None when the trial did not fail."""
+    if row["state"] == "pruned":
+        return f"pruned: {row['reason']}"
     return f"{row['failure']}: {row['reason']}" if row["failure"] else None
 
 
@@ -54,7 +57,7 @@ def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
 
 
 def state_counts(trials: list[TrialRecord]) -> dict[str, int]:
-    counts = {"complete": 0, "failed": 0, "infeasible": 0, "running": 0}
+    counts = {"complete": 0, "pruned": 0, "failed": 0, "infeasible": 0, "running": 0}
     for t in trials:
         counts[t.state] = counts.get(t.state, 0) + 1
     return counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 import tuner
 from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search.context import Say, StudyContext
+from tuner.search.rules import incumbent_floor
 from tuner.spec.errors import BadInput
 from tuner.spec.space import SearchSpace
 from tuner.spec.study_spec import BudgetSpec, StudySpec
@@ -104,6 +106,22 @@ def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
         return spec
 
 
+class IncumbentPruner(optuna.pruners.BasePruner):
+    """Prunes a trial whose last reported figure (the upper end of a level's 95% interval of
+    output tok/s per GPU, see `trial.IncumbentCheck`) is under the incumbent's floor
+    (`rules.incumbent_floor`, read fresh from the store: other workers raise it too)."""
+
+    def __init__(self, floor: Callable[[], float | None]):
+        self._floor = floor
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        floor = self._floor()
+        return floor is not None and trial.intermediate_values[step] < floor
+
+
 def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec_dict = ctx.spec.model_dump(mode="json")
@@ -129,6 +147,8 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
         study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
         direction="maximize",
         sampler=make_sampler(ctx.spec, ctx.sampler_seed, ctx.space), load_if_exists=True,
+        pruner=IncumbentPruner(lambda: incumbent_floor(ctx.store.trials(ctx.name),
+                                                       ctx.spec.sla.to_sla())),
     )
 
 
@@ -139,6 +159,17 @@ def tell_measured(study: optuna.Study, trial: optuna.Trial, value: float,
     for key, v in violations.items():
         trial.set_constraint(key, v)
     study.tell(trial, value)
+
+
+def tell_pruned(study: optuna.Study, trial: optuna.Trial, violations: dict[str, float],
+                reason: str) -> None:
+    """A trial stopped once clearly below the incumbent: PRUNED, which TPE ranks behind every
+    complete trial by its last reported figure, with its SLA violations as constraints, so a
+    pruned trial that also missed the SLA ranks with the misses."""
+    trial.set_user_attr("pruned_reason", reason)
+    for key, v in violations.items():
+        trial.set_constraint(key, v)
+    study.tell(trial, state=TrialState.PRUNED)
 
 
 def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,

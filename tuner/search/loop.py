@@ -110,6 +110,8 @@ def run_study(ctx: StudyContext, n_trials: int,
         if result.state == "complete":
             verdict = "meets SLA" if result.meets_sla else "misses SLA"
             ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")
+        elif result.state == "pruned":
+            ctx.say(f"  -> trial {result.number}: pruned at {result.objective:,.0f} tok/s/GPU")
 
     with sigterm_as_interrupt(), TrialRunner(ctx, study) as runner:
         while True:

@@ -22,8 +22,9 @@ from tuner.store.records import (
     settles_configuration,
 )
 
-__all__ = ["best_level", "config_key", "counts_toward_budget", "is_confirmed", "launched",
-           "met_sla", "objective", "settled", "study_sla", "winner"]
+__all__ = ["best_level", "config_key", "counts_toward_budget", "incumbent_floor", "interval",
+           "is_confirmed", "latency_miss", "launched", "met_sla", "objective", "settled",
+           "study_sla", "winner"]
 
 
 def launched(trials: Iterable[TrialRecord]) -> int:
@@ -69,6 +70,50 @@ def objective(
     met the SLA."""
     level, meets = best_level(levels, sla)
     return (None if level is None else level.output_tok_s_per_gpu), level, meets
+
+
+def latency_miss(level: LevelMeasurement, sla: SLA) -> str | None:
+    """Why a measured level misses a latency target (its TTFT p90 over the target, or its
+    per-user speed p90 under the floor), or None. A sweep's levels climb in load and latency
+    only grows with load, so once a level misses, no higher level can meet that target: the
+    sweep skips them. Errors are not latency: a level with failed requests says nothing of the
+    next one's speed."""
+    if sla.ttft_p90_ms is not None and level.ttft_p90_ms is not None \
+            and level.ttft_p90_ms > sla.ttft_p90_ms:
+        return f"TTFT p90 {level.ttft_p90_ms:,.0f} ms over the SLA's {sla.ttft_p90_ms:,.0f} ms"
+    floor = sla.min_tok_s_per_user_p90
+    if floor is not None and level.tok_s_per_user_p90 is not None \
+            and level.tok_s_per_user_p90 < floor:
+        return (f"per-user p90 {level.tok_s_per_user_p90:,.1f} tok/s under the SLA's "
+                f"{floor:,.1f}")
+    return None
+
+
+def interval(level: LevelMeasurement) -> tuple[float, float]:
+    """The 95% interval of a level's output tok/s per GPU (a point for a single round)."""
+    value = level.output_tok_s_per_gpu
+    if not level.output_tok_s_ci95 or not level.output_tok_s:
+        return value, value
+    half = level.output_tok_s_ci95 * value / level.output_tok_s
+    return value - half, value + half
+
+
+def incumbent_floor(trials: Iterable[TrialRecord], sla: SLA) -> float | None:
+    """The figure a trial must be able to beat to stay in the race: the best confirmed
+    objective (as `winner` ranks); before any confirmation, the lower end of the 95% interval
+    of the best SLA-meeting trial's objective level. None while no trial met the SLA. A trial
+    whose interval lies entirely under it is clearly slower, and is pruned."""
+    trials = list(trials)
+    confirmed = [t.confirm_objective for t in trials if is_confirmed(t)]
+    if confirmed:
+        return max(confirmed)
+    floors = []
+    for t in trials:
+        if met_sla(t):
+            level, _ = best_level(t.measurements, sla)
+            if level is not None:
+                floors.append(interval(level)[0])
+    return max(floors, default=None)
 
 
 def study_sla(study: StudyRecord) -> SLA:

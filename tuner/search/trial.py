@@ -19,10 +19,18 @@ from tuner.measure.metrics import confidence_text, sla_violations, summarize_lev
 from tuner.measure.prompts import (
     sweep_prompts,
 )
-from tuner.search.bridge import tell_measured, tell_retry, tell_unusable
+from tuner.measure.stats import mean_ci
+from tuner.search.bridge import tell_measured, tell_pruned, tell_retry, tell_unusable
 from tuner.search.context import HOST, StudyContext
 from tuner.search.recovery import worker_id
-from tuner.search.rules import config_key, objective, settled
+from tuner.search.rules import (
+    config_key,
+    incumbent_floor,
+    interval,
+    latency_miss,
+    objective,
+    settled,
+)
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
@@ -33,7 +41,7 @@ from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement
 class TrialResult:
     number: int
     params: dict[str, Any]
-    state: str  # complete | failed | infeasible
+    state: str  # complete | failed | infeasible | pruned
     objective: float | None = None
     meets_sla: bool | None = None
     failure_kind: str | None = None
@@ -61,16 +69,56 @@ def level_line(m: LevelMeasurement) -> str:
             f"{f(m.tok_s_per_user_p90, ',.0f')} tok/s  {verdict}{errs}{rounds}")
 
 
-def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
-            deadline: float) -> list[LevelMeasurement]:
+class IncumbentCheck:
+    """Whether a level's rounds can stop because it is clearly below the incumbent, asked
+    through Optuna's pruning interface: from the second round on, the upper end of the level's
+    95% interval of output tok/s per GPU is reported (`trial.report`, one step per round) and
+    `trial.should_prune` asks the study's pruner (`bridge.IncumbentPruner`). Remembers the
+    levels it cut short."""
+
+    def __init__(self, trial: optuna.Trial, gpus: int):
+        self.trial, self.gpus = trial, gpus
+        self.step, self.level = 0, 0
+        self.cut: set[int] = set()
+
+    def __call__(self, round_tok_s: list[float]) -> bool:
+        mean, half = mean_ci(round_tok_s)
+        if half is None or mean is None:
+            return False
+        self.trial.report((mean + half) / self.gpus, self.step)
+        self.step += 1
+        if self.trial.should_prune():
+            self.cut.add(self.level)
+            return True
+        return False
+
+
+def skipped_levels(ctx: StudyContext, levels: list[LevelMeasurement]) -> list[dict[str, Any]]:
+    """The levels after a sweep's last one that it does not measure because that one missed a
+    latency target (`rules.latency_miss`), each with why; none when the last level did not."""
+    w = ctx.spec.workload
+    why = latency_miss(levels[-1], ctx.spec.sla.to_sla()) if levels else None
+    if why is None:
+        return []
+    rates = w.request_rates if w.arrival == "poisson" else None
+    where = (f"{levels[-1].request_rate:g} req/s" if rates else f"c={levels[-1].concurrency}")
+    reason = f"not measured: {where} missed its {why}, and a higher load cannot meet it"
+    return [{"level": i, "concurrency": max(w.concurrency) if rates else w.concurrency[i],
+             "request_rate": rates[i] if rates else None, "reason": reason}
+            for i in range(len(levels), w.level_count)]
+
+
+def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline: float,
+            cut_short: IncumbentCheck | None = None) -> list[LevelMeasurement]:
     """Run the spec's sweep against a ready server and return one row per level measured.
 
     Each level: warm-up, then rounds until output tok/s is known within workload.ci_target (or
-    max_rounds), with the engine's scheduler gauges sampled in the background and its
-    speculative-decoding counters read before and after. Ends early, with the levels so far,
-    when the server dies or stops serving (every request of a level failed: an engine whose
-    core died can keep its HTTP front end up), the deadline passes or the study is stopping.
-    Knows nothing of Optuna.
+    max_rounds, or `cut_short` says the level is clearly below the incumbent), with the
+    engine's scheduler gauges sampled in the background and its speculative-decoding counters
+    read before and after. Ends early, with the levels so far, when a level missed a latency
+    target (higher loads cannot meet it: `skipped_levels`), the server dies or stops serving
+    (every request of a level failed: an engine whose core died can keep its HTTP front end
+    up), the deadline passes or the study is stopping.
     """
     w = ctx.spec.workload
     prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
@@ -87,20 +135,24 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan,
                 m = replace(m, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
                             spec_accepted_tokens=d.accepted_tokens)
         levels.append(m)
+        if cut_short is not None:
+            if len(levels) - 1 in cut_short.cut:
+                ctx.say(f"      rounds stopped after {m.rounds}: clearly below the incumbent")
+            cut_short.level = len(levels)
         ctx.say(level_line(m))
 
     def stop() -> bool:
         last = levels[-1] if levels else None
         not_serving = last is not None and last.requests > 0 and last.errors == last.requests
-        return (not_serving or not server.alive() or time.monotonic() > deadline
-                or ctx.stop.is_set())
+        return (not_serving or bool(skipped_levels(ctx, levels)) or not server.alive()
+                or time.monotonic() > deadline or ctx.stop.is_set())
 
     run_sweep(
         plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
         w.warmup_requests, w.request_timeout_s, on_level=on_level,
         stop=stop,
         api=w.api, rates=w.request_rates if w.arrival == "poisson" else None,
-        repeats=Repeats(w.max_rounds, w.ci_target), seed=w.seed,
+        repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
         monitor=gauge_monitor(plan.engine, plan.base_url),
     )
     return levels
@@ -125,13 +177,19 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     )
     result = TrialResult(trial.number, params, "failed")
     levels: list[LevelMeasurement] = []
+    skipped: list[dict[str, Any]] = []
     engine_version = log_tail = None
+    check = IncumbentCheck(trial, plan.gpus)
     try:
-        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels)
+        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check)
+        skipped = skipped_levels(ctx, levels)
         sla = ctx.spec.sla.to_sla()
         value, best, meets = objective(levels, sla)
         result.state, result.objective, result.meets_sla = "complete", value, meets
         violations = sla_violations(best, sla)
+        if levels.index(best) in check.cut:
+            result.state, result.failure_reason = "pruned", _pruned_reason(ctx, best)
+            ctx.say(f"  pruned: {result.failure_reason}")
         trial.set_user_attr("best_concurrency", best.concurrency)
         trial.set_user_attr("meets_sla", meets)
     except LaunchFailure as f:
@@ -150,9 +208,12 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
         failure_kind=result.failure_kind, failure_reason=result.failure_reason,
         log_tail=log_tail, engine_version=engine_version, measurements=levels,
+        skipped_levels=skipped,
     )
     if result.state == "complete":
         tell_measured(study, trial, result.objective, violations)
+    elif result.state == "pruned":
+        tell_pruned(study, trial, violations, result.failure_reason)
     elif _retry_pending(ctx, params, result.failure_kind):
         tell_retry(study, trial, params, result.failure_kind, result.failure_reason)
         ctx.say(f"  {result.failure_kind} may be the node's, not the configuration's: it runs "
@@ -160,6 +221,14 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     else:
         tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result
+
+
+def _pruned_reason(ctx: StudyContext, best: LevelMeasurement) -> str:
+    floor = incumbent_floor(ctx.store.trials(ctx.name), ctx.spec.sla.to_sla())
+    where = f"c={best.concurrency}" if best.request_rate is None else f"{best.request_rate:g} req/s"
+    against = "" if floor is None else f", under the incumbent's {floor:,.0f}"
+    return (f"clearly below the incumbent: its best level ({where}) reached at most "
+            f"{interval(best)[1]:,.0f} tok/s/GPU (95% interval) in {best.rounds} rounds{against}")
 
 
 def _retry_pending(ctx: StudyContext, params: dict[str, Any], kind: str | None) -> bool:
@@ -182,7 +251,8 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
 
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
-                      levels: list[LevelMeasurement]) -> str | None:
+                      levels: list[LevelMeasurement],
+                      cut_short: IncumbentCheck | None = None) -> str | None:
     """One serving run: start the server, wait until ready, sweep the workload into `levels`,
     judge it. Returns the engine's version; raises LaunchFailure when the run failed, and lets an
     interrupt through. Whatever happens, the server is stopped and recorded as stopped.
@@ -200,7 +270,7 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
-        levels.extend(measure(ctx, server, plan, deadline))
+        levels.extend(measure(ctx, server, plan, deadline, cut_short))
         _check_stop(ctx)
         failure = _verdict(ctx, server, levels, deadline)
         if failure:
@@ -228,7 +298,7 @@ def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasure
     if dead:  # the sweep stopped there: the server no longer served
         return server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
                               f"{dead[0].error_sample}")
-    if len(levels) < ctx.spec.workload.level_count:
+    if len(levels) + len(skipped_levels(ctx, levels)) < ctx.spec.workload.level_count:
         if time.monotonic() > deadline:
             limit = ctx.spec.budget.trial_timeout_s
             return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",

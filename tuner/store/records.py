@@ -86,8 +86,9 @@ class LevelMeasurement:
 # trials (the study loop, the dashboard) use these. A trial counts once it launched a server
 # and reached a verdict of its own; an interrupted trial was cut short by the tuner, not by its
 # configuration, so it does not count and the study runs another in its place. A running trial
-# counts as a claim while it runs.
-BUDGET_STATES = ("complete", "failed")
+# counts as a claim while it runs. A pruned trial launched and was measured until it was clearly
+# below the incumbent: it spent the budget like any other.
+BUDGET_STATES = ("complete", "failed", "pruned")
 NOT_COUNTED_FAILURES = ("interrupted",)
 
 
@@ -158,6 +159,8 @@ class TrialRecord:
     confirm_reason: str | None = None
     confirmed_at: dt.datetime | None = None
     confirmation: list[LevelMeasurement] = field(default_factory=list)
+    # Levels its sweep did not measure, each with why: {level, concurrency, request_rate, reason}.
+    skipped_levels: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -246,6 +246,7 @@ class Store:
         log_tail: str | None = None,
         engine_version: str | None = None,
         measurements: Sequence[LevelMeasurement] = (),
+        skipped_levels: Sequence[dict[str, Any]] = (),
     ) -> None:
         """End a running trial: its state, finish time and every measurement in one transaction.
 
@@ -267,6 +268,7 @@ class Store:
             row.failure_reason = failure_reason
             row.log_tail = log_tail
             row.engine_version = engine_version
+            row.skipped_levels = list(skipped_levels) or None
             session.add_all(_measurement_rows(row.id, 0, measurements))
 
     def record_confirmation(

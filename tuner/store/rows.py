@@ -111,6 +111,7 @@ def _trial_record(row: TrialModel, study_name: str) -> TrialRecord:
         confirm_reason=row.confirm_reason,
         confirmed_at=row.confirmed_at,
         confirmation=[_measurement(m) for m in row.measurements if m.run == 1],
+        skipped_levels=list(row.skipped_levels or []),
     )
 
 

@@ -18,7 +18,7 @@ __all__ = ["CONFIRMED_TOK_GPU", "STATES", "TOK_GPU", "USER_P50", "USER_P90", "lo
 USER_P90 = "tok/s/user p90"
 CONFIRMED_TOK_GPU = "confirmed tok/s/GPU"
 USER_P50 = "tok/s/user p50"
-STATES = ("complete", "failed", "infeasible", "running")
+STATES = ("complete", "pruned", "failed", "infeasible", "running")
 
 
 def page_url(page: str, **params: Any) -> str:

@@ -84,7 +84,7 @@ def summarize(data: StudyData) -> StudySummary:
 
 def overview_frame(summaries: list[StudySummary]) -> pd.DataFrame:
     """One row per study: what it tuned, how far it got, and its best figure."""
-    columns = ["study", "model", "engine", "GPU type", "state", "complete", "failed",
+    columns = ["study", "model", "engine", "GPU type", "state", "complete", "pruned", "failed",
                "infeasible", "running", "budget", f"best {TOK_GPU}", "best trial", "started",
                "finished"]
     rows = [{
