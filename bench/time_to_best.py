@@ -93,11 +93,12 @@ def grid_best(ctx: StudyContext) -> tuple[TrialRecord, float]:
 
 def race(ctx: StudyContext, floor: float) -> None:
     """Run the study until its first trial within `floor` (the loop is stopped then)."""
-    done = threading.Event()
+    done, reached = threading.Event(), threading.Event()
 
     def watch() -> None:
         while not done.wait(2.0):
             if any(within(t, floor) for t in launched(ctx)):
+                reached.set()
                 ctx.stop.set()
                 return
 
@@ -106,7 +107,7 @@ def race(ctx: StudyContext, floor: float) -> None:
     try:
         run_study(ctx, CONFIGS)
     except KeyboardInterrupt:
-        if not ctx.stop.is_set():
+        if not reached.is_set():  # Ctrl-C or SIGTERM, not the watcher: stop the bench
             raise
     finally:
         done.set()

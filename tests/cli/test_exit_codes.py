@@ -8,13 +8,20 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import TUNER, base_spec, wait_for, write_yaml
 from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tuner.store import Store
 
 
-def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(tmp_path: Path):
-    (tmp_path / "landscape.json").write_text(json.dumps({"default": {"fail": "not_ready"}}))
+@pytest.mark.parametrize("stage, landscape, printed", [
+    ("starting", {"fail": "not_ready"}, "trial 0"),
+    ("measuring", {"ttft_s": 0.01, "itl_s": 0.5}, "server ready"),  # 4 s a request
+])
+def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
+        tmp_path: Path, stage: str, landscape: dict, printed: str):
+    (tmp_path / "landscape.json").write_text(json.dumps({"default": landscape}))
     write_yaml(tmp_path / "space.yaml", {"name": "one", "engine": "vllm", "parameters": {
         "max_batch_size": {"values": [4]}}})
     spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
@@ -30,7 +37,7 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
     proc = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        wait_for(lambda: "trial 0" in (tmp_path / "out.txt").read_text(), 60, "the trial")
+        wait_for(lambda: printed in (tmp_path / "out.txt").read_text(), 60, stage)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
     finally:
