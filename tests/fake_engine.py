@@ -5,7 +5,8 @@ It is started exactly as tuner starts vLLM (`EXECUTABLE serve MODEL --config con
 --port P`, see `fake_vllm`), reads the trial's configuration from that file, and behaves as the
 landscape file named by $TUNER_FAKE_LANDSCAPE says for it: JSON `{"default": BEHAVIOUR, "rules":
 [{"match": {CONFIG_KEY: VALUE, ...}, ...BEHAVIOUR}]}`, the first matching rule over the default.
-A behaviour has `ttft_s` and `itl_s` (the fake server's timetable) and optionally `fail`:
+A behaviour has `ttft_s` and `itl_s` (the fake server's timetable), optionally
+`itl_per_in_flight_s` (the gap grows by it per request in flight: a load model) and `fail`:
 
 - `crash`: ready, then dies at its first request with a segfault line in its log;
 - `not_ready`: never answers /health;
@@ -91,6 +92,7 @@ def main(argv: list[str]) -> None:
     if fail == "not_ready":
         time.sleep(3600)
     server = FakeOpenAIServer(Script(ttft_s=act.get("ttft_s", 0.0), itl_s=act.get("itl_s", 0.0),
+                                     itl_per_in_flight_s=act.get("itl_per_in_flight_s", 0.0),
                                      fail="http500" if fail == "http500" else None))
 
     async def completions(request: web.Request) -> web.StreamResponse:

@@ -37,6 +37,9 @@ class Script:
     ttft_range: tuple[float, float] | None = None  # per request: uniform draw, replaces ttft_s
     itl_range: tuple[float, float] | None = None  # per request: uniform draw, replaces itl_s
     seed: int = 0  # of the per-request draws
+    # A load model: each request's gap between tokens grows by this for every request in flight
+    # when it arrives (itself included), so per-user speed falls as concurrency rises.
+    itl_per_in_flight_s: float = 0.0
 
 
 def _chunk(text: str, finish: str | None) -> bytes:
@@ -117,6 +120,7 @@ class FakeOpenAIServer:
     def _delays(self, script: Script) -> tuple[float, float]:
         ttft = self._rng.uniform(*script.ttft_range) if script.ttft_range else script.ttft_s
         itl = self._rng.uniform(*script.itl_range) if script.itl_range else script.itl_s
+        itl += script.itl_per_in_flight_s * self.in_flight
         self.drawn.append((ttft, itl))
         return ttft, itl
 

@@ -40,15 +40,38 @@ def status(storage: StorageOpt = None, study: StudyOpt = None) -> None:
     _print_trials(store.trials(chosen.name))
 
 
+MinUserOpt = Annotated[float | None, typer.Option(
+    "--min-tok-s-per-user", min=0.0, metavar="X", help="Pick from the front of output tok/s "
+    "per GPU against per-user tok/s (p90): the configuration and load with the most tok/s per "
+    "GPU among the measured levels that met the SLA and reach X tok/s per user.")]
+
+
 @app.command()
-def best(storage: StorageOpt = None, study: StudyOpt = None) -> None:
-    """The best trial that met the SLA; exits 3 when there is none."""
-    from tuner.search.rules import winner
+def best(storage: StorageOpt = None, study: StudyOpt = None,
+         min_tok_s_per_user: MinUserOpt = None) -> None:
+    """The best trial that met the SLA (or, with --min-tok-s-per-user, the front's pick for
+    that target); exits 3 when there is none."""
+    from tuner.search.rules import pick_for_user, winner
 
     store = _open(storage)
     chosen = _pick_study(store, study)
     trials = store.trials(chosen.name)
-    _print_best(chosen, winner(chosen, trials), trials)
+    if min_tok_s_per_user is None:
+        _print_best(chosen, winner(chosen, trials), trials)
+        return
+    trial, level = pick_for_user(chosen, trials, min_tok_s_per_user)
+    _print_pick(trial, level, min_tok_s_per_user)
+
+
+def _print_pick(trial, level, target: float) -> None:
+    from tuner.report.tables import measurements_frame
+    from tuner.spec.space import describe
+
+    out.print(f"\nfor at least {target:g} tok/s per user: trial {trial.number}  "
+              f"{describe(trial.params)}")
+    out.print(f"  at c={level.concurrency}: {level.output_tok_s_per_gpu:,.0f} output tok/s per "
+              f"GPU, per-user p90 {level.tok_s_per_user_p90:,.1f} tok/s (SLA met)")
+    out.print(_table(measurements_frame(trial.measurements)))
 
 
 @app.command()
@@ -69,10 +92,12 @@ def export(
                      "the workers' image (tuner and the engine installed).")] = None,
     secret: Annotated[str, typer.Option("--secret", help="With --format k8s-workers: the "
                       "Secret whose key `url` holds the storage URL.")] = "tuner-storage",
+    min_tok_s_per_user: MinUserOpt = None,
 ) -> None:
-    """Export the best configuration (or --trial N) as files a deploy runs as-is."""
-    from tuner.report.export import WORKERS_FORMAT, default_formats, write_export
-    from tuner.search.rules import winner
+    """Export the best configuration (or --trial N, or the front's pick for
+    --min-tok-s-per-user X) as files a deploy runs as-is."""
+    from tuner.report.export import WORKERS_FORMAT, Pick, default_formats, write_export
+    from tuner.search.rules import pick_for_user, winner
 
     store = _open(storage)
     chosen = _pick_study(store, study)
@@ -86,13 +111,19 @@ def export(
         if not fmt:
             return
     trials = store.trials(chosen.name)
-    if trial is None:
+    pick = None
+    if trial is not None and min_tok_s_per_user is not None:
+        raise BadInput("--trial and --min-tok-s-per-user both choose what to export: pass one")
+    if min_tok_s_per_user is not None:
+        picked, level = pick_for_user(chosen, trials, min_tok_s_per_user)
+        pick = Pick(level, min_tok_s_per_user)
+    elif trial is None:
         picked = winner(chosen, trials)
     else:
         picked = next((t for t in trials if t.number == trial and t.state == "complete"), None)
         if picked is None:
             raise BadInput(f"--trial {trial}: no complete trial with that number in study "
                            f"{chosen.name}")
-    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)))
+    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)), pick)
     for f in files:
         out.print(str(f))

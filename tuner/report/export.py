@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -23,10 +24,13 @@ from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
+from tuner.store.records import LevelMeasurement
 
 # 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
 # 3 added the confirmation state `inconclusive`; nothing else changed.
-SCHEMA_VERSION = 3
+# 4 added objective.tok_s_per_user_p90 and objective.min_tok_s_per_user (a pick from a Pareto
+#   front: the level exported, and the target it was picked for); nothing else changed.
+SCHEMA_VERSION = 4
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -49,10 +53,15 @@ class HardwareInfo(_Model):
 
 
 class ObjectiveInfo(_Model):
+    """The exported level: the trial's objective level, or (picked for a per-user target) the
+    front's fastest level that reaches the target."""
+
     metric: str
     value: float
     meets_sla: bool
     concurrency: int | None
+    tok_s_per_user_p90: float | None
+    min_tok_s_per_user: float | None  # the per-user target it was picked for; None: the winner
 
 
 class LaunchInfo(_Model):
@@ -83,7 +92,7 @@ class ConfirmationInfo(_Model):
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -118,7 +127,8 @@ def _settings(study: StudyRecord) -> EngineSettings:
 
 
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
-                 workdir: str | None = None) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
+                 workdir: str | None = None, pick: Pick | None = None,
+                 ) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
     adapter = get_adapter(study.engine)
     hw = trial.hardware or {}
     inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
@@ -131,7 +141,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     import yaml
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
-    best, _ = best_level(trial.measurements, study_sla(study))
+    best = pick.level if pick is not None else best_level(trial.measurements, study_sla(study))[0]
     spec = study.spec
     return ExportRecord(
         study=study.name, trial=trial.number,
@@ -140,9 +150,13 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
         hardware=HardwareInfo(gpu_type=study.gpu_type, gpus=trial.gpus or 1,
                               description=hw.get("description"), host=hw.get("host")),
         parameters=trial.params,
-        objective=ObjectiveInfo(metric=spec["objective"]["metric"], value=trial.objective,
-                                meets_sla=bool(trial.meets_sla),
-                                concurrency=best.concurrency if best else None),
+        objective=ObjectiveInfo(
+            metric=spec["objective"]["metric"],
+            value=best.output_tok_s_per_gpu if pick is not None else trial.objective,
+            meets_sla=best.meets_sla if pick is not None else bool(trial.meets_sla),
+            concurrency=best.concurrency if best else None,
+            tok_s_per_user_p90=best.tok_s_per_user_p90 if best else None,
+            min_tok_s_per_user=pick.min_tok_s_per_user if pick is not None else None),
         workload=spec["workload"], sla=spec["sla"],
         measurements=[m.to_dict() for m in trial.measurements],
         confirmation=_confirmation(trial),
@@ -162,16 +176,25 @@ def shell_command(argv: list[str], env: dict[str, str], prefix: str = "") -> str
     return (prefix + assigns + " " if assigns else "") + shlex.join(argv)
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A level picked from a Pareto front for a per-user target (`rules.pick_for_user`)."""
+
+    level: LevelMeasurement
+    min_tok_s_per_user: float
+
+
 def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
-                 formats: tuple[str, ...] | None = None) -> list[Path]:
-    """Write the chosen formats into out_dir; returns the files written."""
+                 formats: tuple[str, ...] | None = None, pick: Pick | None = None) -> list[Path]:
+    """Write the chosen formats into out_dir (the trial's objective level, or the level
+    `pick` names); returns the files written."""
     formats = formats or default_formats(study)
     allowed = (study.engine, *GENERIC_FORMATS)
     for f in formats:
         if f not in allowed:
             raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
                            f"use one of {', '.join(allowed)}")
-    record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()))
+    record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
     check_invariants(record, get_adapter(study.engine))
     k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None
     out_dir.mkdir(parents=True, exist_ok=True)

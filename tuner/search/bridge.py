@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -145,17 +145,19 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
     )
     return optuna.create_study(
         study_name=ctx.name, storage=optuna_storage(ctx.storage_url, ctx.spec.budget, ctx.store),
-        direction="maximize",
+        # Pareto: output tok/s per GPU and per-user tok/s (rules.pareto_values), both maximised.
+        directions=["maximize", "maximize"] if ctx.spec.objective.pareto else ["maximize"],
         sampler=make_sampler(ctx.spec, ctx.sampler_seed, ctx.space), load_if_exists=True,
         pruner=IncumbentPruner(lambda: incumbent_floor(ctx.store.trials(ctx.name),
                                                        ctx.spec.sla.to_sla())),
     )
 
 
-def tell_measured(study: optuna.Study, trial: optuna.Trial, value: float,
+def tell_measured(study: optuna.Study, trial: optuna.Trial, value: float | Sequence[float],
                   violations: dict[str, float]) -> None:
-    """A trial that ran: its objective, and its SLA violations as constraints (<= 0: met), on
-    the scale that makes Optuna rank near misses ahead of far ones (see `sla_violations`)."""
+    """A trial that ran: its objective (a Pareto study's two values), and its SLA violations as
+    constraints (<= 0: met), on the scale that makes Optuna rank near misses ahead of far ones
+    (see `sla_violations`)."""
     for key, v in violations.items():
         trial.set_constraint(key, v)
     study.tell(trial, value)
@@ -185,7 +187,7 @@ def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kin
     trial.set_user_attr("failure_kind", kind)
     trial.set_user_attr("failure_reason", reason)
     trial.set_constraint(constraint, UNUSABLE_VIOLATION)
-    study.tell(trial, 0.0)
+    study.tell(trial, [0.0] * len(study.directions))
 
 
 def tell_retry(study: optuna.Study, trial: optuna.Trial, params: dict[str, Any],
@@ -209,7 +211,7 @@ def tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) 
         return
     for k, v in ft.constraints.items():
         trial.set_constraint(k, v)
-    study.tell(trial, ft.value)
+    study.tell(trial, ft.values)
 
 
 class Heartbeat:

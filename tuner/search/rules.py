@@ -8,7 +8,7 @@ so the dashboard can import them without the serving path.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tuner.measure.metrics import sla_violations, violation_score
 from tuner.spec.errors import NoResult
@@ -23,7 +23,8 @@ from tuner.store.records import (
 )
 
 __all__ = ["best_level", "config_key", "counts_toward_budget", "incumbent_floor", "interval",
-           "is_confirmed", "latency_miss", "launched", "met_sla", "objective", "settled",
+           "is_confirmed", "latency_miss", "launched", "met_sla", "non_dominated", "objective",
+           "operating_points", "pareto_front", "pareto_values", "pick_for_user", "settled",
            "study_sla", "winner"]
 
 
@@ -153,3 +154,71 @@ def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
             "widen the search space or run more trials; `tuner status` lists them"
         )
     return max(ok, key=lambda t: t.objective)
+
+
+# ---------------------------------------------------------------- Pareto studies
+
+
+def pareto_values(levels: list[LevelMeasurement], sla: SLA) -> tuple[float, float]:
+    """What a Pareto study tells Optuna of a trial that ran: the most output tok/s per GPU and
+    the most per-user tok/s (p90) its levels reached while meeting the SLA, each at its own load
+    (the configuration's reach both ways: one configuration ahead of another on both can serve
+    more users faster). A trial with no level meeting the SLA gives both at its `best_level`
+    (its constraints tell Optuna it missed). (0, 0) when nothing was measured."""
+    met = [m for m in levels if m.meets_sla]
+    if met:
+        return (max(m.output_tok_s_per_gpu for m in met),
+                max(m.tok_s_per_user_p90 or 0.0 for m in met))
+    level, _ = best_level(levels, sla)
+    if level is None:
+        return 0.0, 0.0
+    return level.output_tok_s_per_gpu, level.tok_s_per_user_p90 or 0.0
+
+
+Point = tuple[TrialRecord, LevelMeasurement]
+
+
+def operating_points(trials: Iterable[TrialRecord]) -> list[Point]:
+    """Every measured operating point a deploy could use: each level that met the SLA of each
+    complete trial, as (trial, level): output tok/s per GPU at that load, and per-user p90."""
+    return [(t, m) for t in trials if t.state == "complete" for m in t.measurements
+            if m.meets_sla and m.tok_s_per_user_p90 is not None]
+
+
+def non_dominated(pairs: Sequence[tuple[float, float]]) -> list[int]:
+    """The indices of the pairs no other pair beats on both values (both maximised; of
+    identical pairs, the first), in order of the first value, highest first."""
+    order = sorted(range(len(pairs)), key=lambda i: (-pairs[i][0], -pairs[i][1], i))
+    front: list[int] = []
+    for i in order:
+        if not front or pairs[i][1] > pairs[front[-1]][1]:
+            front.append(i)
+    return front
+
+
+def pareto_front(points: list[Point]) -> list[Point]:
+    """The operating points no other beats on both output tok/s per GPU and per-user p90,
+    fastest per GPU first: for any per-user target, the best point to deploy is on it. The
+    dashboard draws this front (`operating_points`, `non_dominated`)."""
+    pairs = [(m.output_tok_s_per_gpu, m.tok_s_per_user_p90) for _, m in points]
+    return [points[i] for i in non_dominated(pairs)]
+
+
+def pick_for_user(study: StudyRecord, trials: list[TrialRecord], min_tok_s_per_user: float
+                  ) -> Point:
+    """The front's point with the most output tok/s per GPU among those whose per-user p90
+    reaches `min_tok_s_per_user`: the configuration to deploy for that target, and the load
+    (the level) it was measured at. Raises NoResult naming the fastest per-user speed measured
+    when no point reaches it."""
+    front = pareto_front(operating_points(trials))
+    for trial, level in front:  # fastest per GPU first
+        if level.tok_s_per_user_p90 >= min_tok_s_per_user:
+            return trial, level
+    if not front:
+        raise NoResult(f"study {study.name} has no level that met the SLA: relax the spec's sla "
+                       "or run more trials; `tuner status` lists them")
+    fastest = front[-1][1].tok_s_per_user_p90
+    raise NoResult(f"--min-tok-s-per-user {min_tok_s_per_user:g}: no level of study "
+                   f"{study.name} reached it (the fastest per-user p90 measured is "
+                   f"{fastest:,.1f} tok/s): lower the target, or search configurations for "
+                   "lower latency")

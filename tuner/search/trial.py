@@ -29,6 +29,7 @@ from tuner.search.rules import (
     interval,
     latency_miss,
     objective,
+    pareto_values,
     settled,
 )
 from tuner.serve.engines import LaunchPlan
@@ -179,7 +180,8 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     levels: list[LevelMeasurement] = []
     skipped: list[dict[str, Any]] = []
     engine_version = log_tail = None
-    check = IncumbentCheck(trial, plan.gpus)
+    # Optuna prunes single-objective studies only: a Pareto study has no one incumbent.
+    check = None if ctx.spec.objective.pareto else IncumbentCheck(trial, plan.gpus)
     try:
         engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check)
         skipped = skipped_levels(ctx, levels)
@@ -187,7 +189,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         value, best, meets = objective(levels, sla)
         result.state, result.objective, result.meets_sla = "complete", value, meets
         violations = sla_violations(best, sla)
-        if levels.index(best) in check.cut:
+        if check is not None and levels.index(best) in check.cut:
             result.state, result.failure_reason = "pruned", _pruned_reason(ctx, best)
             ctx.say(f"  pruned: {result.failure_reason}")
         trial.set_user_attr("best_concurrency", best.concurrency)
@@ -211,7 +213,8 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         skipped_levels=skipped,
     )
     if result.state == "complete":
-        tell_measured(study, trial, result.objective, violations)
+        tell_measured(study, trial, pareto_values(levels, sla) if ctx.spec.objective.pareto
+                      else result.objective, violations)
     elif result.state == "pruned":
         tell_pruned(study, trial, violations, result.failure_reason)
     elif _retry_pending(ctx, params, result.failure_kind):

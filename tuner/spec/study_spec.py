@@ -187,7 +187,26 @@ class SLASpec(_Strict):
 
 
 class ObjectiveSpec(_Strict):
+    """What the study maximises. `single`: output tok/s per GPU at the SLA. `pareto`: two
+    objectives, output tok/s per GPU and per-user tok/s (p90), under the same SLA: the study
+    searches for their front, and `tuner best/export --min-tok-s-per-user X` pick from it.
+    `objective: pareto` is short for `objective: {kind: pareto}`."""
+
     metric: Literal["output_tok_s_per_gpu"] = "output_tok_s_per_gpu"
+    kind: Literal["single", "pareto"] = "single"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        if v == "pareto":
+            return {"kind": "pareto"}
+        if isinstance(v, str):
+            return {"metric": v}
+        return v
+
+    @property
+    def pareto(self) -> bool:
+        return self.kind == "pareto"
 
 
 class SamplerSpec(_Strict):

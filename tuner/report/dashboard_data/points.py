@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from tuner.report.dashboard_data.labels import TOK_GPU, USER_P50, USER_P90
 from tuner.report.dashboard_data.source import StudyData
+from tuner.search.rules import non_dominated
 from tuner.spec.space import describe
 
 __all__ = ["POINT_COLUMNS", "ParetoFront", "compare_points", "measured_points", "pareto_front",
@@ -66,21 +66,21 @@ class ParetoFront(NamedTuple):
 
 
 def pareto_front(points: pd.DataFrame, *, x: str = USER_P90, y: str = TOK_GPU) -> ParetoFront:
-    """The points no other point beats on both x and y (both maximized).
+    """The points no other point beats on both x and y (both maximized), among those a deploy
+    could use: levels of complete trials that met the SLA, as `tuner best --min-tok-s-per-user`
+    picks from (`rules.operating_points`, `rules.non_dominated`: with the default axes this is
+    the front a Pareto study searched for).
 
     Points missing either figure, or with no throughput at all (every request failed), are never
     on the front. Of identical points, the first is kept.
     """
     points = points.copy()
     on = pd.Series(False, index=points.index)
-    usable = points[points[x].notna() & points[y].notna() & (points[y] > 0)]
-    # Best x first, ties by best y; a point is on the front when it beats every y seen so far.
-    order = usable.sort_values([x, y], ascending=[False, False], kind="stable")
-    best_y = -math.inf
-    for index, y_value in zip(order.index, order[y], strict=True):
-        if y_value > best_y:
-            on[index] = True
-            best_y = y_value
+    usable = points[points[x].notna() & points[y].notna() & (points[y] > 0)
+                    & points["meets SLA"].astype(bool) & (points["state"] == "complete")]
+    pairs = list(zip(usable[x], usable[y], strict=True))
+    for i in non_dominated(pairs):
+        on[usable.index[i]] = True
     points["on front"] = on
     front = points[on].sort_values(x, kind="stable")
     return ParetoFront(points, front)
