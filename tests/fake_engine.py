@@ -2,9 +2,11 @@
 generator and store run in fast tests without an engine.
 
 It is started exactly as tuner starts vLLM (`EXECUTABLE serve MODEL --config config.yaml --host H
---port P`, see `fake_vllm`), reads the trial's configuration from that file, and behaves as the
-landscape file named by $TUNER_FAKE_LANDSCAPE says for it: JSON `{"default": BEHAVIOUR, "rules":
-[{"match": {CONFIG_KEY: VALUE, ...}, ...BEHAVIOUR}]}`, the first matching rule over the default.
+--port P`, see `fake_vllm`) or TensorRT-LLM (`EXECUTABLE MODEL ... --config FILE`), reads the
+trial's configuration from that file, and behaves as the landscape file named by
+$TUNER_FAKE_LANDSCAPE says for it: JSON `{"default": BEHAVIOUR, "configs": {CONFIG_ID:
+BEHAVIOUR}, "rules": [{"match": {CONFIG_KEY: VALUE, ...}, ...BEHAVIOUR}]}`: the behaviour of
+the exact configuration (`config_id`) as it is, else the first matching rule over the default.
 A behaviour has `ttft_s` and `itl_s` (the fake server's timetable), optionally
 `itl_per_in_flight_s` (the gap grows by it per request in flight: a load model) and `fail`:
 
@@ -58,7 +60,15 @@ def fake_model(folder: Path) -> Path:
     return folder
 
 
+def config_id(config: dict) -> str:
+    """A configuration file's identity in a landscape's `configs` (canonical JSON)."""
+    return json.dumps(config, sort_keys=True)
+
+
 def behaviour(landscape: dict, config: dict) -> dict:
+    exact = landscape.get("configs", {}).get(config_id(config))
+    if exact is not None:
+        return dict(exact)
     for rule in landscape.get("rules", []):
         if all(config.get(k) == v for k, v in rule["match"].items()):
             return {**landscape.get("default", {}), **rule}
@@ -78,7 +88,8 @@ def count_start(landscape_path: Path, config: dict) -> int:
 
 
 def main(argv: list[str]) -> None:
-    args = dict(zip(argv[3::2], argv[4::2], strict=False))  # serve MODEL --k v --k v ...
+    # `vllm serve MODEL --k v ...` or `trtllm-serve MODEL --k v ...`: the flags and their values.
+    args = {a: b for a, b in zip(argv, argv[1:], strict=False) if a.startswith("--")}
     config = yaml.safe_load(Path(args["--config"]).read_text()) or {}
     landscape_path = Path(os.environ[LANDSCAPE_ENV])
     act = behaviour(json.loads(landscape_path.read_text()), config)
