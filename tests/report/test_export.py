@@ -99,8 +99,9 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
     assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
     assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
-    assert record["objective"] == {"metric": "output_tok_s_per_gpu", "value": 256.0,
-                                   "meets_sla": True, "concurrency": 4}
+    assert record["objective"] == {
+        "metric": "output_tok_s_per_gpu", "value": 256.0, "meets_sla": True, "concurrency": 4,
+        "tok_s_per_user_p90": LEVEL.tok_s_per_user_p90, "min_tok_s_per_user": None}
     assert record["workload"]["output_len"] == 64 and record["sla"]["ttft_p90_ms"] == 100.0
     prov = record["provenance"]
     assert prov["study"] == "s" and prov["trial"] == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import base_spec, write_yaml
+from tests.conftest import REPO, base_spec, write_yaml
 from tuner.spec.errors import BadInput
 from tuner.spec.study_spec import load_spec
 
@@ -62,7 +62,6 @@ def test_an_inconsistent_workload_is_one_line_naming_the_field(tmp_path, workloa
 
 
 def test_the_chat_example_spec_loads_with_its_prompt_file():
-    from tests.conftest import REPO
     from tuner.measure.prompt_file import read_prompt_file
 
     w = load_spec(REPO / "examples" / "tiny-moe-chat-cpu.yaml").workload
@@ -86,3 +85,11 @@ def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
     assert len(set(ins)) > 10 and len(set(outs)) > 10
     assert len({tuple(p.tokens) for p in prompts}) == len(prompts)  # none sent twice
     ctx.store.close()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_example_spec_loads(path: Path):
+    from tuner.spec.study_spec import resolve_space_path
+
+    spec = load_spec(path)
+    assert resolve_space_path(spec, path).exists()
