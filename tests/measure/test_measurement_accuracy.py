@@ -7,10 +7,12 @@ Why these delays: loopback overhead is a few milliseconds at worst on a busy mac
 250 ms is 12.5 ms), while the spread between requests is tens of milliseconds, so the sampling
 spread dominates and the interval is about the sample, not about the machine. The server runs in
 its own process (its timetable holds while the client works) and draws in arrival order from
-Random(seed), so the test can replay the very delays it injected: the comparison is with those,
-and deterministic for the fixed seed, not a bet on the machine's speed. The interval's coverage
-of the true mean holds for about 95% of seeds; seed 8 is one of them, with room to spare for the
-overhead, checked from the replayed draws alone (no timing involved).
+Random(seed), so the test can replay the very delays it injected to the requests that were
+timed (each result carries its place in the sends, and sends arrive in that order): the
+comparison is with those, not a bet on the machine's speed. Which requests are timed depends on
+timing (the closed loop's workers never stop, and a request that spans a round's start is left
+out), so the intervals are checked against the injected sample's own; that the seed's draws
+cover the true mean is checked from the replayed draws alone (no timing involved).
 """
 
 from __future__ import annotations
@@ -33,12 +35,21 @@ WARMUP, PER_ROUND, ROUNDS, CONCURRENCY, OUTPUT = 4, 40, 2, 8, 12
 PROMPTS = [[i, i + 1] for i in range(0, 400, 2)]
 
 
-def injected() -> tuple[list[float], list[float]]:
-    """The (ttft, itl) the server drew for the timed requests, replayed from its seed: it draws
-    a TTFT then an ITL per request as requests arrive, and the warm-up arrives first."""
+def draws(n: int) -> list[tuple[float, float]]:
+    """The first n (ttft, itl) the server draws, replayed from its seed: a TTFT then an ITL
+    per request, as requests arrive."""
     rng = random.Random(SEED)
-    draws = [(rng.uniform(*TTFT), rng.uniform(*ITL)) for _ in range(WARMUP + PER_ROUND * ROUNDS)]
-    timed = draws[WARMUP:]
+    return [(rng.uniform(*TTFT), rng.uniform(*ITL)) for _ in range(n)]
+
+
+def injected(run=None) -> tuple[list[float], list[float]]:
+    """The (ttft, itl) injected into the run's timed requests (without a run: the first
+    warm-up + rounds x requests after the warm-up, the seed's own sample)."""
+    if run is None:
+        timed = draws(WARMUP + PER_ROUND * ROUNDS)[WARMUP:]
+    else:
+        every = draws(run.sent)
+        timed = [every[r.index] for r in run.results]
     return [t for t, _ in timed], [i for _, i in timed]
 
 
@@ -54,22 +65,26 @@ def level():
 
 def test_the_means_are_within_5_percent_of_the_injected_delays(level):
     run, m = level
-    ttft, itl = injected()
-    assert all(r.ok for r in run.results) and len(run.results) == PER_ROUND * ROUNDS
+    ttft, itl = injected(run)
+    # Each round's 40 completions, less those that started before it (at most 8 in flight).
+    assert all(r.ok for r in run.results)
+    assert (PER_ROUND - CONCURRENCY) * ROUNDS <= len(run.results) <= PER_ROUND * ROUNDS
     assert m.ttft_mean_ms == pytest.approx(statistics.fmean(ttft) * 1000, rel=0.05)
     assert m.itl_mean_ms == pytest.approx(statistics.fmean(itl) * 1000, rel=0.05)
     assert m.ttft_p50_ms == pytest.approx(statistics.median(ttft) * 1000, rel=0.05)
 
 
-def test_the_95_percent_intervals_cover_the_true_means(level):
-    _, m = level
-    true_ttft_ms, true_itl_ms = 250.0, 30.0
-    assert abs(m.ttft_mean_ms - true_ttft_ms) <= m.ttft_mean_ci95_ms
-    assert abs(m.itl_mean_ms - true_itl_ms) <= m.itl_mean_ci95_ms
-    # The half-widths are what sampling predicts for uniform spreads (sd = range / sqrt(12)):
-    # about 1.99 * 57.7 / sqrt(80) = 12.8 ms and 1.99 * 8.7 / sqrt(80) = 1.9 ms.
-    assert 9 < m.ttft_mean_ci95_ms < 17
-    assert 1.3 < m.itl_mean_ci95_ms < 2.6
+def test_the_95_percent_intervals_are_the_injected_samples_own(level):
+    from tuner.measure.stats import mean_ci
+
+    run, m = level
+    ttft, itl = injected(run)
+    assert m.ttft_mean_ci95_ms == pytest.approx(mean_ci(ttft)[1] * 1000, rel=0.10)
+    assert m.itl_mean_ci95_ms == pytest.approx(mean_ci(itl)[1] * 1000, rel=0.10)
+    # And what sampling predicts for uniform spreads (sd = range / sqrt(12)): about
+    # 1.99 * 57.7 / sqrt(72) = 13.5 ms and 1.99 * 8.7 / sqrt(72) = 2.0 ms for 64 to 80 requests.
+    assert 9 < m.ttft_mean_ci95_ms < 19
+    assert 1.3 < m.itl_mean_ci95_ms < 2.9
 
 
 def test_the_seed_draws_a_sample_whose_own_interval_covers_the_truth():

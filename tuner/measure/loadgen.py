@@ -1,70 +1,61 @@
-"""Streaming load generator for OpenAI-compatible `/v1/completions` and `/v1/chat/completions`:
-a sweep of levels, closed loop (a fixed number in flight) or open loop (Poisson arrivals at a
-rate), each measured in one or more rounds, each request timed with `time.perf_counter()`.
-
-The client shares the CPUs with the server it measures, so the per-chunk path does only what it
-must: parse the JSON, read the clock, append one gap. Requests never raise: a failure is a
-`RequestResult(ok=False, error=...)`.
+"""Streaming load generator for OpenAI-compatible servers: a sweep of levels, closed loop
+(continuous workers, a fixed number in flight) or open loop (Poisson arrivals at a rate), each
+measured in one or more rounds. One request's body, send and timing are `tuner.measure.client`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import random
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
-from aiohttp.http_exceptions import HttpProcessingError
 
+from tuner.measure.client import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    PATHS,
+    Api,
+    Clock,
+    Prompt,
+    PromptLike,
+    chat_body,
+    completion_body,
+    measure_stream,
+    request_body,
+    send_request,
+)
 from tuner.measure.records import RequestResult
-from tuner.measure.sse import error_of, has_choice, iter_sse_events, usage_of
 from tuner.measure.stats import converged
 
-Clock = Callable[[], float]
-Api = Literal["completions", "chat"]
-
-COMPLETIONS_PATH = "/v1/completions"
-CHAT_PATH = "/v1/chat/completions"
-PATHS: dict[str, str] = {"completions": COMPLETIONS_PATH, "chat": CHAT_PATH}
-_HEADERS = {"Content-Type": "application/json"}
-# What a request can fail with on the wire (ValueError: bad JSON, UTF-8 or SSE; HttpProcessingError:
-# a malformed HTTP response); anything else is a bug and should surface.
-_REQUEST_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError,
-                   HttpProcessingError)
-_ERROR_TEXT_MAX = 200
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One request's input as sent: token ids or text (completions), or messages (chat).
-
-    `output_len` overrides the sweep's (a dataset's reply length); None keeps it.
-    """
-
-    tokens: list[int] | None = None
-    text: str | None = None
-    messages: list[dict[str, str]] | None = None
-    output_len: int | None = None
-
-
-PromptLike = list[int] | Prompt
+# Re-exported: what callers of the load generator build its sweeps from.
+__all__ = ["CHAT_PATH", "COMPLETIONS_PATH", "PATHS", "Api", "LevelRun", "Monitor", "Prompt",
+           "PromptLike", "Repeats", "RoundRun", "chat_body", "completion_body", "from_arrival",
+           "measure_stream", "poisson_gaps", "request_body", "run_level", "run_sweep",
+           "send_request"]
 
 
 @dataclass
 class RoundRun:
-    """One round of a level: its timed requests and its own duration."""
+    """One round of a level: its timed requests and its own duration.
+
+    Closed loop, a round is a window of the continuous run: `results` are the requests that
+    started and ended inside it (the latency sample), `output_tokens` every token of the
+    requests that completed inside it (the throughput, whenever they started). Open loop, a
+    round is its own batch of arrivals, and both come from `results`."""
 
     results: list[RequestResult]
-    duration_s: float  # first send to last completion of this round
+    duration_s: float  # closed loop: the window; open loop: first arrival to last completion
+    output_tokens: int | None = None  # completed inside the window; None: from `results`
 
     @property
     def output_tok_s(self) -> float:
-        tokens = sum(r.output_tokens or 0 for r in self.results if r.ok)
+        tokens = (self.output_tokens if self.output_tokens is not None
+                  else sum(r.output_tokens or 0 for r in self.results if r.ok))
         return tokens / self.duration_s if self.duration_s > 0 else 0.0
 
 
@@ -78,15 +69,21 @@ class LevelRun:
     rounds: list[RoundRun] = field(default_factory=list)  # empty: one round of `results`
     request_rate: float | None = None  # open loop: the offered requests per second
     engine: Any = None  # what the level's monitor returned (the engine's gauges), if any
+    sent: int | None = None  # prompts taken, warm-up included; None: warm-up + rounds x requests
 
     def round_runs(self) -> list[RoundRun]:
         return self.rounds or [RoundRun(self.results, self.duration_s)]
 
 
+# Rounds before the stopping rule may end a level: with two, one degree of freedom, a lucky
+# pair stops early on an interval that means little (optional stopping).
+MIN_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class Repeats:
     """Measure a level in rounds until output tok/s is known within `ci_target` (the 95%
-    half-width as a fraction of the mean), at least two rounds and at most `max_rounds`;
+    half-width as a fraction of the mean), at least MIN_ROUNDS rounds and at most `max_rounds`;
     max_rounds 1 is a single measurement. `cut_short`, asked after each round but the last with
     the rounds' output tok/s, ends the level early when it says so (the search prunes a level
     clearly below the incumbent)."""
@@ -100,134 +97,13 @@ class Repeats:
             return True
         if self.cut_short is not None and self.cut_short(round_tok_s):
             return True
-        return len(round_tok_s) >= 2 and converged(round_tok_s, self.ci_target)
+        return len(round_tok_s) >= MIN_ROUNDS and converged(round_tok_s, self.ci_target)
 
 
 # Called once a level's warm-up is over with the session and an event set when its last round
 # ends; what it returns is kept on the LevelRun (tuner.measure.engine_metrics samples /metrics
 # with it).
 Monitor = Callable[[aiohttp.ClientSession, asyncio.Event], Awaitable[Any]]
-
-
-def completion_body(model: str, prompt: list[int] | str, output_len: int) -> bytes:
-    """The request body: exactly `output_len` tokens (ignore_eos), greedy, streamed, usage last."""
-    return json.dumps({
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": output_len,
-        "ignore_eos": True,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }).encode()
-
-
-def chat_body(model: str, messages: list[dict[str, str]], output_len: int) -> bytes:
-    """The chat request body, with the same generation rules as `completion_body`; the server
-    renders `messages` with the model's chat template."""
-    return json.dumps({
-        "model": model,
-        "messages": messages,
-        "max_completion_tokens": output_len,
-        "ignore_eos": True,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }).encode()
-
-
-def request_body(api: Api, model: str, prompt: PromptLike, output_len: int) -> bytes:
-    """The body for one prompt on `api`; a prompt's own output_len wins over the sweep's."""
-    if not isinstance(prompt, Prompt):
-        prompt = Prompt(tokens=prompt)
-    n = prompt.output_len or output_len
-    if api == "chat":
-        if prompt.messages is not None:
-            return chat_body(model, prompt.messages, n)
-        if prompt.text is None:
-            raise ValueError("a chat request needs text or messages, not token ids")
-        return chat_body(model, [{"role": "user", "content": prompt.text}], n)
-    if prompt.messages is not None:
-        raise ValueError("a completions request cannot send chat messages: use api chat")
-    return completion_body(model, prompt.tokens if prompt.tokens is not None else prompt.text, n)
-
-
-async def measure_stream(
-    events: AsyncIterable[dict[str, Any]], start: float, clock: Clock = time.perf_counter
-) -> RequestResult:
-    """Time one response stream that was sent at `start`.
-
-    TTFT is the first event carrying a choice, each ITL the gap between successive choice events
-    (empty-text ones included), latency runs to the end of the stream. So, by construction,
-    latency - ttft == sum(itl) + (end of stream - last choice event). Tokens come from `usage`.
-    """
-    first = last = None
-    itl: list[float] = []
-    usage: tuple[int, int] | None = None
-    async for event in events:
-        now = clock()
-        if has_choice(event):
-            if first is None:
-                first = now
-            else:
-                itl.append(now - last)
-            last = now
-        event_usage = usage_of(event)
-        if event_usage is not None:
-            usage = event_usage
-        error = error_of(event)
-        if error is not None:
-            return _failure(start, now, f"server error event: {error}")
-    end = clock()
-    if first is None:
-        return _failure(start, end, "stream ended without a token")
-    if usage is None:
-        return _failure(start, end, "stream ended without usage")
-    return RequestResult(
-        ok=True, start=start, ttft_s=first - start, itl_s=itl, latency_s=end - start,
-        prompt_tokens=usage[0], output_tokens=usage[1],
-    )
-
-
-def _failure(start: float, end: float, error: str) -> RequestResult:
-    # latency_s on a failure is the time to failure: it keeps the level's duration honest.
-    return RequestResult(ok=False, start=start, latency_s=end - start,
-                         error=error[:_ERROR_TEXT_MAX])
-
-
-async def send_request(
-    session: aiohttp.ClientSession, url: str, body: bytes, timeout: aiohttp.ClientTimeout,
-    clock: Clock = time.perf_counter,
-) -> RequestResult:
-    """POST one streamed completion and time it; every failure comes back as ok=False."""
-    start = clock()
-    try:
-        async with session.post(url, data=body, headers=_HEADERS, timeout=timeout) as resp:
-            if resp.status != 200:
-                text = (await resp.text(errors="replace")).strip()
-                return _failure(start, clock(), f"HTTP {resp.status}: {text}")
-            async with aclosing(iter_sse_events(resp.content.iter_any())) as events:
-                result = await measure_stream(events, start, clock)
-            if result.ok:
-                await _drain(resp)
-            return result
-    except _REQUEST_ERRORS as e:
-        return _failure(start, clock(), _describe(e))
-
-
-def _describe(e: BaseException) -> str:
-    # A total timeout raises TimeoutError with no message; the type alone says it.
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-async def _drain(resp: aiohttp.ClientResponse) -> None:
-    # Read past [DONE] to the end of the body so the connection goes back to the pool instead of
-    # being closed; the measurement is already complete, so a failure here changes nothing.
-    try:
-        await resp.read()
-    except _REQUEST_ERRORS:
-        pass
 
 
 async def _run_fixed_concurrency(
@@ -246,12 +122,74 @@ async def _run_fixed_concurrency(
     return results
 
 
-def _bodies(api: Api, model: str, prompts: Sequence[PromptLike], first: int, count: int,
+def _bodies(api: Api, model: str, prompts: Sequence[PromptLike], first: int, count: int | None,
             output_len: int) -> Iterator[bytes]:
-    # Built lazily, just before each send, so memory stays flat whatever the request count.
+    # Built lazily, just before each send, so memory stays flat whatever the request count;
+    # count None: endless (the closed loop takes what it needs).
     n = len(prompts)
-    for i in range(first, first + count):
+    indices = itertools.count(first) if count is None else range(first, first + count)
+    for i in indices:
         yield request_body(api, model, prompts[i % n], output_len)
+
+
+async def _closed_loop(
+    session: aiohttp.ClientSession, url: str, bodies: Iterator[bytes], concurrency: int,
+    timeout: aiohttp.ClientTimeout, warmup: int, requests: int,
+    enough: Callable[[list[RoundRun]], bool], measuring: Callable[[], None],
+    clock: Clock = time.perf_counter,
+) -> tuple[list[RoundRun], int]:
+    """Closed loop as continuous workers: `concurrency` clients, each sending its next request
+    as soon as its previous one ends, from the warm-up through every round, never drained.
+
+    The warm-up is the first `warmup` completions. Each round is then a window that ends at
+    the `requests`-th completion after it began: its throughput is every token completed inside
+    it over its length, its latency sample the requests that started and ended inside it (so
+    none that began in the warm-up or an earlier round). `measuring()` is called once the
+    warm-up is over; rounds stop when `enough(rounds)` says so. Requests still in flight at the
+    end are cancelled and left out. Returns the rounds and the prompts taken.
+    """
+    completed: list[RequestResult] = []  # in completion order
+    progress = asyncio.Event()
+    sent = 0
+
+    async def worker() -> None:
+        nonlocal sent
+        for body in bodies:  # one shared iterator: each body is handed out once
+            index, sent = sent, sent + 1
+            result = await send_request(session, url, body, timeout, clock)
+            result.index = index
+            completed.append(result)
+            progress.set()
+
+    async def until(count: int) -> None:
+        while len(completed) < count:
+            progress.clear()
+            await progress.wait()
+
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    rounds: list[RoundRun] = []
+    try:
+        await until(warmup)
+        begin = max(r.end for r in completed[:warmup]) if warmup else clock()
+        measuring()
+        done = warmup
+        while True:
+            await until(done + requests)
+            window = completed[done: done + requests]
+            done += requests
+            end = max(r.end for r in window)
+            rounds.append(RoundRun(
+                results=[r for r in window if r.start >= begin], duration_s=end - begin,
+                output_tokens=sum(r.output_tokens or 0 for r in window if r.ok)))
+            begin = end
+            # A window where every request failed has no throughput to pin down: stop there.
+            if not any(r.ok for r in window) or enough(rounds):
+                break
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    return rounds, sent
 
 
 def poisson_gaps(rate: float, rng: random.Random) -> Iterator[float]:
@@ -315,14 +253,16 @@ async def run_level(
     repeats: Repeats = Repeats(), seed: int = 0, monitor: Monitor | None = None,
     stop: Callable[[], bool] | None = None,
 ) -> LevelRun:
-    """Send `warmup_requests` untimed, then rounds of `requests` timed ones, until `repeats` is
-    satisfied, a round's requests all failed, or `stop()` says so (checked between rounds).
+    """A warm-up of `warmup_requests` untimed, then rounds of `requests` timed ones, until
+    `repeats` is satisfied, a round's requests all failed, or `stop()` says so (checked between
+    rounds).
 
-    Closed loop (rate None): `concurrency` in flight. Open loop: Poisson arrivals at `rate` per
-    second from a generator seeded with `seed`, at most `concurrency` in flight; the warm-up
-    arrives the same way and is waited for, so no timed round starts on its tail.
-    Prompts are taken in order and cycled: warm-up takes the first ones, rounds the next, so no
-    prompt repeats (and hits the prefix cache) while len(prompts) >= warm-up + all rounds.
+    Closed loop (rate None): `concurrency` continuous workers, never drained between warm-up
+    and rounds (`_closed_loop`). Open loop: Poisson arrivals at `rate` per second from a
+    generator seeded with `seed`, at most `concurrency` in flight, each round its own batch of
+    arrivals; the warm-up arrives the same way and is waited for, so no timed round starts on
+    its tail. Prompts are taken in order and cycled: warm-up takes the first ones, rounds the
+    next, so no prompt repeats (and hits the prefix cache) while there are enough of them.
     """
     if concurrency < 1 or requests < 0 or warmup_requests < 0:
         raise ValueError(f"need concurrency >= 1, requests and warm-up >= 0: "
@@ -340,11 +280,33 @@ async def run_level(
                                                 timeout)
         return await _run_poisson(session, url, bodies, rate, concurrency, timeout, rng)
 
+    done = asyncio.Event()
+    watching: asyncio.Future | None = None
+
+    def measuring() -> None:
+        nonlocal watching
+        if monitor is not None:
+            watching = asyncio.ensure_future(monitor(session, done))
+
+    def enough(rounds: list[RoundRun]) -> bool:
+        return repeats.done([r.output_tok_s for r in rounds]) or (stop is not None and stop())
+
+    if rate is None and requests:
+        try:
+            rounds, sent = await _closed_loop(
+                session, url, _bodies(api, model, prompts, 0, None, output_len), concurrency,
+                timeout, warmup_requests, requests, enough, measuring)
+        finally:
+            done.set()
+            engine = await watching if watching is not None else None
+        return LevelRun(concurrency=concurrency,
+                        results=[r for rnd in rounds for r in rnd.results],
+                        duration_s=sum(rnd.duration_s for rnd in rounds), rounds=rounds,
+                        request_rate=None, engine=engine, sent=sent)
     if warmup_requests > 0:
         await send_all(0, warmup_requests)
-    done = asyncio.Event()
-    watching = asyncio.ensure_future(monitor(session, done)) if monitor is not None else None
-    rounds: list[RoundRun] = []
+    measuring()
+    rounds = []
     try:
         while True:
             first = warmup_requests + len(rounds) * requests
@@ -352,8 +314,7 @@ async def run_level(
             rounds.append(RoundRun(results, _duration(results)))
             # A round where every request failed has no throughput to pin down: stop there.
             dead = bool(results) and not any(r.ok for r in results)
-            if dead or repeats.done([r.output_tok_s for r in rounds]) or (
-                    stop is not None and stop()):
+            if dead or enough(rounds):
                 break
     finally:
         done.set()
@@ -420,7 +381,8 @@ async def _sweep(
                                   requests_per_level, output_len, request_timeout_s,
                                   warmup_requests, api=api, rate=rate, repeats=repeats,
                                   seed=seed * 1_000_003 + index, monitor=monitor, stop=stop)
-            offset += warmup_requests + requests_per_level * len(run.round_runs())
+            offset += (run.sent if run.sent is not None
+                       else warmup_requests + requests_per_level * len(run.round_runs()))
             runs.append(run)
             if on_level is not None:
                 on_level(run)

@@ -20,6 +20,7 @@ class RequestResult:
     prompt_tokens: int | None = None  # from the server's usage
     output_tokens: int | None = None  # from the server's usage
     error: str | None = None
+    index: int | None = None  # closed loop: its place in the level's sends, warm-up included
 
     @property
     def end(self) -> float | None:
