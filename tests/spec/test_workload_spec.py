@@ -22,7 +22,8 @@ def test_the_defaults_are_the_single_closed_loop_measurement(tmp_path):
     w = load(tmp_path).workload
     assert (w.prompt_source, w.api, w.arrival, w.max_rounds, w.request_rates) == (
         "synthetic", "completions", "concurrency", 1, None)
-    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16)
+    # Per level: warm-up, the round, and the most in flight (8), cancelled when it ends.
+    assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16 + 8)
 
 
 def test_poisson_levels_are_the_rates_and_rounds_multiply_the_prompts(tmp_path):

@@ -172,8 +172,12 @@ class WorkloadSpec(_Strict):
         return len(self.request_rates) if self.arrival == "poisson" else len(self.concurrency)
 
     def prompts_needed(self) -> int:
-        """Prompts for the whole sweep, so none is sent twice (and served from a prefix cache)."""
-        return self.level_count * (self.warmup_requests + self.requests_per_level * self.max_rounds)
+        """Prompts for the whole sweep, so none is sent twice (and served from a prefix cache):
+        per level, its warm-up, its rounds and, closed loop, the requests still in flight when it
+        ends (cancelled, but sent)."""
+        in_flight = max(self.concurrency) if self.arrival == "concurrency" else 0
+        return self.level_count * (self.warmup_requests + self.requests_per_level * self.max_rounds
+                                   + in_flight)
 
 
 class SLASpec(_Strict):
