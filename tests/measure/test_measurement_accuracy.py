@@ -31,7 +31,7 @@ from tuner.spec.sla import SLA
 SEED = 8
 TTFT = (0.150, 0.350)
 ITL = (0.015, 0.045)
-WARMUP, PER_ROUND, ROUNDS, CONCURRENCY, OUTPUT = 4, 40, 2, 8, 12
+WARMUP, PER_ROUND, ROUNDS, CONCURRENCY, OUTPUT = 4, 40, 4, 8, 12
 PROMPTS = [[i, i + 1] for i in range(0, 400, 2)]
 
 
@@ -74,17 +74,18 @@ def test_the_means_are_within_5_percent_of_the_injected_delays(level):
     assert m.ttft_p50_ms == pytest.approx(statistics.median(ttft) * 1000, rel=0.05)
 
 
-def test_the_95_percent_intervals_are_the_injected_samples_own(level):
+def test_the_95_percent_intervals_are_the_injected_rounds_own(level):
+    # Batch means: the interval comes from the rounds' means, as the injected delays of each
+    # round's timed requests give them.
     from tuner.measure.stats import mean_ci
 
     run, m = level
-    ttft, itl = injected(run)
-    assert m.ttft_mean_ci95_ms == pytest.approx(mean_ci(ttft)[1] * 1000, rel=0.10)
-    assert m.itl_mean_ci95_ms == pytest.approx(mean_ci(itl)[1] * 1000, rel=0.10)
-    # And what sampling predicts for uniform spreads (sd = range / sqrt(12)): about
-    # 1.99 * 57.7 / sqrt(72) = 13.5 ms and 1.99 * 8.7 / sqrt(72) = 2.0 ms for 64 to 80 requests.
-    assert 9 < m.ttft_mean_ci95_ms < 19
-    assert 1.3 < m.itl_mean_ci95_ms < 2.9
+    every = draws(run.sent)
+    rounds = [[every[r.index] for r in rnd.results] for rnd in run.rounds]
+    ttft_means = [statistics.fmean(t for t, _ in rnd) * 1000 for rnd in rounds]
+    itl_means = [statistics.fmean(i for _, i in rnd) * 1000 for rnd in rounds]
+    assert m.ttft_mean_ci95_ms == pytest.approx(mean_ci(ttft_means)[1], rel=0.10, abs=1.0)
+    assert m.itl_mean_ci95_ms == pytest.approx(mean_ci(itl_means)[1], rel=0.10, abs=0.3)
 
 
 def test_the_seed_draws_a_sample_whose_own_interval_covers_the_truth():

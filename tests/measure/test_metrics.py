@@ -256,16 +256,25 @@ def test_steady_rounds_converge_within_the_target():
     assert summarize_level(run, 1, SLA(), ci_target=0.001).converged is False
 
 
-def test_ttft_mean_takes_requests_and_itl_mean_takes_each_requests_mean_gap_as_samples():
+def test_ttft_and_itl_means_pool_requests_and_their_intervals_take_rounds_as_samples():
+    from tuner.measure.loadgen import RoundRun
+
     m = summarize(FOUR)
     assert m.ttft_mean_ms == pytest.approx(250)
-    # TTFTs 100..400 ms: s = 129.1, t(3) = 3.1824, half = t * s / 2
-    assert m.ttft_mean_ci95_ms == pytest.approx(3.18245 * 129.0994 / 2, rel=1e-4)
     # Per-request mean gaps: 15, 30, 40 ms (the fourth has none): mean 28.33, not 25 over gaps.
     assert m.itl_mean_ms == pytest.approx((15 + 30 + 40) / 3)
-    per_request = [15, 30, 40]
-    s = np.std(per_request, ddof=1)
-    assert m.itl_mean_ci95_ms == pytest.approx(4.30265 * s / math.sqrt(3), rel=1e-4)
+    assert m.ttft_mean_ci95_ms is None and m.itl_mean_ci95_ms is None  # one round: no interval
+    # Batch means: rounds of TTFTs (100, 200) and (300, 400) ms have means 150 and 350;
+    # t(1) = 12.706, s = 141.42, half = t * s / sqrt(2).
+    run = LevelRun(concurrency=4, results=FOUR, duration_s=2.0,
+                   rounds=[RoundRun(FOUR[:2], 1.0), RoundRun(FOUR[2:], 1.0)])
+    two = summarize_level(run, 1, SLA())
+    assert two.ttft_mean_ms == pytest.approx(250)
+    assert two.ttft_mean_ci95_ms == pytest.approx(12.7062 * np.std([150, 350], ddof=1)
+                                                  / math.sqrt(2), rel=1e-4)
+    per_round_itl = [(15 + 30) / 2, 40]  # the fourth request has no gaps
+    assert two.itl_mean_ci95_ms == pytest.approx(12.7062 * np.std(per_round_itl, ddof=1)
+                                                 / math.sqrt(2), rel=1e-4)
 
 
 def test_the_engine_gauges_sampled_during_the_level_are_kept_and_absent_ones_stay_none():

@@ -91,9 +91,11 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA,
     averaged over rounds: rounds are the independent samples that the 95% confidence half-width
     of output tok/s comes from (Student t, None with one round), and the level `converged` when
     that half-width is within `ci_target` of the mean. Percentiles pool every round's successful
-    requests. The TTFT mean's interval takes requests as samples; the ITL mean's takes each
-    request's mean gap as one sample, because gaps within one request share its batch and are
-    not independent. meets_sla: no errors and the p90 figures within the targets.
+    requests. The TTFT and ITL means pool them too (ITL: each request's mean gap, since the gaps
+    of one request share its batch), and their intervals take the rounds as samples (batch
+    means): requests in flight together share batches, so they are not independent draws, while
+    rounds nearly are. One round has no interval. meets_sla: no errors and the p90 figures
+    within the targets.
     """
     if gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
@@ -108,9 +110,9 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA,
     tpot = sorted(1 / s for s in speeds)
     round_tok_s = [rnd.output_tok_s for rnd in rounds]
     output_tok_s, tok_s_ci = mean_ci(round_tok_s)
-    ttft_mean, ttft_ci = mean_ci([r.ttft_s * 1000 for r in ok])
-    itl_mean, itl_ci = mean_ci([math.fsum(r.itl_s) / len(r.itl_s) * 1000
-                                for r in ok if r.itl_s])
+    ttft_mean, ttft_ci = _batch_means(rounds, lambda r: r.ttft_s * 1000)
+    itl_mean, itl_ci = _batch_means(
+        rounds, lambda r: math.fsum(r.itl_s) / len(r.itl_s) * 1000 if r.itl_s else None)
     engine = run.engine if isinstance(run.engine, EngineGauges) else EngineGauges()
     measurement = LevelMeasurement(
         concurrency=run.concurrency,
@@ -156,6 +158,18 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA,
     violations = sla_violations(measurement, sla).values()
     measurement.meets_sla = bool(ok) and all(v <= 0 for v in violations)
     return measurement
+
+
+def _batch_means(rounds, value) -> tuple[float | None, float | None]:
+    """The mean of `value` over every successful request of every round, and the 95% half-width
+    from the rounds' own means (None with fewer than two rounds that have a value)."""
+    per_round = [[v for r in rnd.results if r.ok and (v := value(r)) is not None]
+                 for rnd in rounds]
+    pooled = [v for values in per_round for v in values]
+    if not pooled:
+        return None, None
+    _, half = mean_ci([math.fsum(values) / len(values) for values in per_round if values])
+    return math.fsum(pooled) / len(pooled), half
 
 
 def _mean_rate(rounds, count) -> float:
