@@ -3,6 +3,7 @@ vLLM trials, one run. Run by hand (20 to 40 minutes on a 2-core machine):
 
     .venv/bin/python bench/time_to_best.py [--seeds 3]
     .venv/bin/python bench/time_to_best.py --from sqlite:////tmp/time-to-best-XXXX/tuner.db
+    .venv/bin/python bench/time_to_best.py --again /tmp/time-to-best-XXXX [--seeds 3]
 
 The space (bench/time_to_best_space.yaml) has 12 configurations, all of which launch; the study is
 the README demo's (examples/tiny-moe-cpu.yaml: its engine, workload and SLA) with that space, no
@@ -146,16 +147,22 @@ def race(ctx: StudyContext, floor: float) -> None:
         watcher.join()
 
 
-def run(seeds: int) -> str:
-    """The grid study, then one TPE study per seed racing to the grid's best; returns the
-    database's URL (kept, so the figures can be read again: `--from URL`)."""
-    folder = Path(tempfile.mkdtemp(prefix="time-to-best-"))
+def run(seeds: int, folder: Path | None = None) -> str:
+    """The grid study (unless `folder` holds one already), then one TPE study per seed racing
+    to the grid's best, each a new study; returns the database's URL (kept, so the figures can
+    be read again: `--from URL`)."""
+    again = folder is not None
+    folder = folder or Path(tempfile.mkdtemp(prefix="time-to-best-"))
     print(f"studies in {folder / 'tuner.db'}", flush=True)
     grid = context(folder, "grid", "grid", 0)
-    run_study(grid, CONFIGS)
+    if not again:
+        run_study(grid, CONFIGS)
     _, floor = grid_best(grid.store, "grid")
+    taken = {s.name for s in grid.store.list_studies()}
     for seed in range(seeds):
-        race(context(folder, f"tpe-{seed}", "tpe", seed), floor)
+        name = next(f"tpe-{seed}" + (f"-{k}" if k else "") for k in range(100)
+                    if f"tpe-{seed}" + (f"-{k}" if k else "") not in taken)
+        race(context(folder, name, "tpe", seed), floor)
     return grid.storage_url
 
 
@@ -168,6 +175,9 @@ def report(url: str) -> None:
     any_s, any_n = in_any_order(grid_trials, floor)
     rows = [("grid", grid_s, grid_n), ("grid, any order", any_s, any_n)]
     for study in sorted(s.name for s in store.list_studies() if s.name.startswith("tpe-")):
+        if any(t.state == "running" for t in store.trials(study)):
+            print(f"{study}: left out, its race was cut short (a trial still running)")
+            continue
         rows.append((f"tpe seed {study[4:]}", *time_to(launched(store, study), floor)))
     print(f"\ngrid best: {best.objective:,.0f} tok/s/GPU, trial {best.number} "
           f"({describe(best.params)}); within its interval: >= {floor:,.0f}; the whole grid "
@@ -198,8 +208,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="TPE studies, one per seed")
     ap.add_argument("--from", dest="url", help="report a kept run's database, running nothing")
+    ap.add_argument("--again", type=Path, metavar="DIR", help="race new TPE studies against the "
+                    "grid kept in DIR (a run whose races were cut short)")
     args = ap.parse_args()
-    report(args.url or run(args.seeds))
+    report(args.url or run(args.seeds, args.again))
 
 
 if __name__ == "__main__":
