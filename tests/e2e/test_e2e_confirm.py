@@ -45,7 +45,9 @@ def test_confirm_reruns_the_top_three_each_in_a_fresh_server(confirmed):
     for t in trials:
         assert t.confirm_state in ("confirmed", "inconclusive", "differs"), t.confirm_reason
         assert [m.concurrency for m in t.confirmation] == [4]
-        assert t.confirmation[0].requests == 16
+        # A round is 16 completions; the timed ones started inside it (at most 4 were in flight
+        # when it began: the closed loop never drains).
+        assert 16 - 4 <= t.confirmation[0].requests <= 16
     connection = sqlite3.connect(confirmed / "tuner.db")
     servers = connection.execute("SELECT trial_id, pid, stopped_at FROM tuner_servers").fetchall()
     connection.close()
