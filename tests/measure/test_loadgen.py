@@ -15,16 +15,8 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
 
-from tuner.measure.loadgen import (
-    LevelRun,
-    Prompt,
-    Repeats,
-    measure_stream,
-    poisson_gaps,
-    request_body,
-    run_level,
-    run_sweep,
-)
+from tuner.measure.client import Prompt, measure_stream, request_body
+from tuner.measure.loadgen import LevelRun, Repeats, poisson_gaps, run_level, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import synthetic_token_prompts
 from tuner.spec.sla import SLA

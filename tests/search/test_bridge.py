@@ -11,7 +11,13 @@ from optuna.samplers._tpe.sampler import _split_trials
 
 from tests.report.test_export import LEVEL
 from tuner.measure.metrics import MISSING_VIOLATION, UNUSABLE_VIOLATION, sla_violations
-from tuner.search.bridge import IncumbentPruner, tell_measured, tell_pruned, tell_unusable
+from tuner.search.bridge import (
+    INCUMBENT_FLOOR,
+    IncumbentPruner,
+    tell_measured,
+    tell_pruned,
+    tell_unusable,
+)
 from tuner.spec.sla import SLA
 
 SLA_ = SLA(ttft_p90_ms=1000.0, min_tok_s_per_user_p90=20.0)
@@ -78,13 +84,12 @@ def test_a_pruned_trial_ranks_behind_every_complete_one_and_ahead_of_failures():
 
 
 def test_the_pruner_prunes_once_the_reported_upper_end_is_under_the_incumbent():
-    floor = [None]
-    study = optuna.create_study(direction="maximize", pruner=IncumbentPruner(lambda: floor[0]))
+    study = optuna.create_study(direction="maximize", pruner=IncumbentPruner())
     trial = ask(study, 4)
     assert not trial.should_prune()  # nothing reported yet
     trial.report(450.0, 0)
     assert not trial.should_prune()  # no incumbent yet
-    floor[0] = 450.0
+    trial.set_user_attr(INCUMBENT_FLOOR, 450.0)
     assert not trial.should_prune()  # touching the floor is not clearly below
-    floor[0] = 451.0
+    trial.set_user_attr(INCUMBENT_FLOOR, 451.0)
     assert trial.should_prune()

@@ -15,28 +15,9 @@ from typing import Any
 
 import aiohttp
 
-from tuner.measure.client import (
-    CHAT_PATH,
-    COMPLETIONS_PATH,
-    PATHS,
-    Api,
-    Clock,
-    Prompt,
-    PromptLike,
-    chat_body,
-    completion_body,
-    measure_stream,
-    request_body,
-    send_request,
-)
+from tuner.measure.client import PATHS, Api, Clock, PromptLike, request_body, send_request
 from tuner.measure.records import RequestResult
 from tuner.measure.stats import converged
-
-# Re-exported: what callers of the load generator build its sweeps from.
-__all__ = ["CHAT_PATH", "COMPLETIONS_PATH", "PATHS", "Api", "LevelRun", "Monitor", "Prompt",
-           "PromptLike", "Repeats", "RoundRun", "chat_body", "completion_body", "from_arrival",
-           "measure_stream", "poisson_gaps", "request_body", "run_level", "run_sweep",
-           "send_request"]
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tuner import DATA_DIR
-from tuner.measure.loadgen import Prompt
+from tuner.measure.client import Prompt
 from tuner.measure.prompt_file import FilePrompt, PromptFileError, read_prompt_file
 from tuner.spec.errors import BadInput
 from tuner.spec.study_spec import WorkloadSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -15,7 +15,6 @@ from pydantic import ValidationError
 import tuner
 from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search.context import Say, StudyContext
-from tuner.search.rules import incumbent_floor
 from tuner.spec.errors import BadInput
 from tuner.spec.space import SearchSpace
 from tuner.spec.study_spec import BudgetSpec, StudySpec
@@ -106,20 +105,18 @@ def _as_current(spec: dict[str, Any]) -> dict[str, Any]:
         return spec
 
 
+# The trial's user attribute holding the floor it is pruned against (`rules.incumbent_floor`
+# when it started): read once per trial, so no round of a level waits on the study's trials.
+INCUMBENT_FLOOR = "incumbent_floor"
+
+
 class IncumbentPruner(optuna.pruners.BasePruner):
     """Prunes a trial whose last reported figure (the upper end of a level's 95% interval of
-    output tok/s per GPU, see `trial.IncumbentCheck`) is under the incumbent's floor
-    (`rules.incumbent_floor`, read fresh from the store: other workers raise it too)."""
-
-    def __init__(self, floor: Callable[[], float | None]):
-        self._floor = floor
+    output tok/s per GPU, see `trial.IncumbentCheck`) is under its INCUMBENT_FLOOR."""
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        step = trial.last_step
-        if step is None:
-            return False
-        floor = self._floor()
-        return floor is not None and trial.intermediate_values[step] < floor
+        step, floor = trial.last_step, trial.user_attrs.get(INCUMBENT_FLOOR)
+        return step is not None and floor is not None and trial.intermediate_values[step] < floor
 
 
 def load_or_create_study(ctx: StudyContext) -> optuna.Study:
@@ -148,8 +145,7 @@ def load_or_create_study(ctx: StudyContext) -> optuna.Study:
         # Pareto: output tok/s per GPU and per-user tok/s (rules.pareto_values), both maximised.
         directions=["maximize", "maximize"] if ctx.spec.objective.pareto else ["maximize"],
         sampler=make_sampler(ctx.spec, ctx.sampler_seed, ctx.space), load_if_exists=True,
-        pruner=IncumbentPruner(lambda: incumbent_floor(ctx.store.trials(ctx.name),
-                                                       ctx.spec.sla.to_sla())),
+        pruner=IncumbentPruner(),
     )
 
 
@@ -158,8 +154,7 @@ def tell_measured(study: optuna.Study, trial: optuna.Trial, value: float | Seque
     """A trial that ran: its objective (a Pareto study's two values), and its SLA violations as
     constraints (<= 0: met), on the scale that makes Optuna rank near misses ahead of far ones
     (see `sla_violations`)."""
-    for key, v in violations.items():
-        trial.set_constraint(key, v)
+    _constrain(trial, violations)
     study.tell(trial, value)
 
 
@@ -169,9 +164,13 @@ def tell_pruned(study: optuna.Study, trial: optuna.Trial, violations: dict[str, 
     complete trial by its last reported figure, with its SLA violations as constraints, so a
     pruned trial that also missed the SLA ranks with the misses."""
     trial.set_user_attr("pruned_reason", reason)
+    _constrain(trial, violations)
+    study.tell(trial, state=TrialState.PRUNED)
+
+
+def _constrain(trial: optuna.Trial, violations: dict[str, float]) -> None:
     for key, v in violations.items():
         trial.set_constraint(key, v)
-    study.tell(trial, state=TrialState.PRUNED)
 
 
 def tell_unusable(study: optuna.Study, trial: optuna.Trial, constraint: str, kind: str | None,

@@ -20,7 +20,13 @@ from tuner.measure.prompts import (
     sweep_prompts,
 )
 from tuner.measure.stats import mean_ci
-from tuner.search.bridge import tell_measured, tell_pruned, tell_retry, tell_unusable
+from tuner.search.bridge import (
+    INCUMBENT_FLOOR,
+    tell_measured,
+    tell_pruned,
+    tell_retry,
+    tell_unusable,
+)
 from tuner.search.context import HOST, StudyContext
 from tuner.search.recovery import worker_id
 from tuner.search.rules import (
@@ -74,13 +80,16 @@ class IncumbentCheck:
     """Whether a level's rounds can stop because it is clearly below the incumbent, asked
     through Optuna's pruning interface: from the second round on, the upper end of the level's
     95% interval of output tok/s per GPU is reported (`trial.report`, one step per round) and
-    `trial.should_prune` asks the study's pruner (`bridge.IncumbentPruner`). Remembers the
-    levels it cut short."""
+    `trial.should_prune` asks the study's pruner (`bridge.IncumbentPruner`) against `floor`,
+    the incumbent when the trial started (recorded on the trial). Remembers the levels it cut
+    short."""
 
-    def __init__(self, trial: optuna.Trial, gpus: int):
-        self.trial, self.gpus = trial, gpus
+    def __init__(self, trial: optuna.Trial, gpus: int, floor: float | None):
+        self.trial, self.gpus, self.floor = trial, gpus, floor
         self.step, self.level = 0, 0
         self.cut: set[int] = set()
+        if floor is not None:
+            trial.set_user_attr(INCUMBENT_FLOOR, floor)
 
     def __call__(self, round_tok_s: list[float]) -> bool:
         mean, half = mean_ci(round_tok_s)
@@ -181,7 +190,8 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     skipped: list[dict[str, Any]] = []
     engine_version = log_tail = None
     # Optuna prunes single-objective studies only: a Pareto study has no one incumbent.
-    check = None if ctx.spec.objective.pareto else IncumbentCheck(trial, plan.gpus)
+    check = None if ctx.spec.objective.pareto else IncumbentCheck(
+        trial, plan.gpus, incumbent_floor(ctx.store.trials(ctx.name), ctx.spec.sla.to_sla()))
     try:
         engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check)
         skipped = skipped_levels(ctx, levels)
@@ -190,7 +200,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         result.state, result.objective, result.meets_sla = "complete", value, meets
         violations = sla_violations(best, sla)
         if check is not None and levels.index(best) in check.cut:
-            result.state, result.failure_reason = "pruned", _pruned_reason(ctx, best)
+            result.state, result.failure_reason = "pruned", _pruned_reason(best, check.floor)
             ctx.say(f"  pruned: {result.failure_reason}")
         trial.set_user_attr("best_concurrency", best.concurrency)
         trial.set_user_attr("meets_sla", meets)
@@ -226,8 +236,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     return result
 
 
-def _pruned_reason(ctx: StudyContext, best: LevelMeasurement) -> str:
-    floor = incumbent_floor(ctx.store.trials(ctx.name), ctx.spec.sla.to_sla())
+def _pruned_reason(best: LevelMeasurement, floor: float | None) -> str:
     where = f"c={best.concurrency}" if best.request_rate is None else f"{best.request_rate:g} req/s"
     against = "" if floor is None else f", under the incumbent's {floor:,.0f}"
     return (f"clearly below the incumbent: its best level ({where}) reached at most "
