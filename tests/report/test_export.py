@@ -177,7 +177,7 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
     from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
-        trial=0, hardware=SimpleNamespace(gpus=1),
+        trial=0, hardware=SimpleNamespace(gpu_type="H200", gpus=1),
         parameters={"tensor_parallel_size": 1, "max_batch_size": 64},
         launch=SimpleNamespace(config={"cuda_graph_config": {"batch_sizes": [1, 2, 2, 128]}}))
     with pytest.raises(BadInput) as e:

@@ -6,6 +6,8 @@ tuner writes must be one vLLM accepts, with the value tuner meant.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -48,7 +50,9 @@ def test_no_speculative_config_without_speculation():
 
 def test_cpu_ranks_get_their_own_cores_and_gpus_their_own_devices():
     assert plan().env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in plan({"tensor_parallel_size": 1}).env
+    # TP1 is bound to one rank's cores too, not spread over the node: its figure is per core.
+    tp1 = plan({"tensor_parallel_size": 1})
+    assert tp1.env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and tp1.gpus == 1
     gpu = plan({"tensor_parallel_size": 4}, GPU8, devices=[4, 5, 6, 7])
     assert gpu.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert gpu.env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the spec's env is kept
@@ -110,3 +114,11 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
     assert args.speculative_config == {
         "method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3",
         "draft_tensor_parallel_size": 1, "num_speculative_tokens": 3}
+
+
+def test_a_cpu_rank_of_several_cores_binds_them_all_and_counts_them_as_its_devices():
+    four = replace(CPU2, devices=(0, 1, 2, 3), per_rank=2)
+    tp2 = plan({"tensor_parallel_size": 2}, four, devices=(0, 1, 2, 3))
+    assert tp2.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3" and tp2.gpus == 4
+    tp1 = plan({"tensor_parallel_size": 1}, four, devices=(2, 3))
+    assert tp1.env["VLLM_CPU_OMP_THREADS_BIND"] == "2-3" and tp1.gpus == 2

@@ -133,7 +133,8 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     hw = trial.hardware or {}
     inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
                           devices=tuple(range(trial.gpus or 1)),
-                          description=hw.get("description", ""), host=hw.get("host", ""))
+                          description=hw.get("description", ""), host=hw.get("host", ""),
+                          per_rank=hw.get("per_rank", 1))
     plan = adapter.launch_plan(trial.params, _settings(study), host=DEPLOY_HOST,
                                port=DEPLOY_PORT, inventory=inventory,
                                devices=list(range(trial.gpus or 1)), workdir=workdir)
@@ -246,10 +247,13 @@ def check_invariants(record: ExportRecord, adapter) -> None:
     """An export a deploy would trip on is refused before any file is written."""
     params, config = record.parameters, record.launch.config
     problems = []
-    world = adapter.world_size(params)
-    if world != record.hardware.gpus:
-        problems.append(f"the parallel sizes need {world} GPUs, the record says "
-                        f"{record.hardware.gpus}")
+    world, devices = adapter.world_size(params), record.hardware.gpus
+    if record.hardware.gpu_type == "cpu":  # a CPU rank is bound to a fixed number of cores
+        if devices % world:
+            problems.append(f"the parallel sizes need a multiple of {world} cores, the record "
+                            f"says {devices}")
+    elif world != devices:
+        problems.append(f"the parallel sizes need {world} GPUs, the record says {devices}")
     if params.get("speculative_method") == "eagle3" and not _draft_model(config):
         problems.append("a draft length without a draft model")
     batch = params.get("max_batch_size")

@@ -297,13 +297,15 @@ Check = Callable[[dict[str, Any]], "str | None"]
 
 
 def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, adapter, gpu,
-                  settings, checks: Sequence[Check] = ()) -> str | None:
+                  settings, checks: Sequence[Check] = (), per_rank: int = 1) -> str | None:
     """Why this configuration cannot run, or None. Only facts the engines enforce live here;
-    engine-specific rules come from the adapter, then each of `checks` in order."""
+    engine-specific rules come from the adapter, then each of `checks` in order. `per_rank`:
+    the devices one rank is bound to (CPU cores per rank; 1 on a GPU node)."""
     world = adapter.world_size(config)
     tp = int(config.get("tensor_parallel_size", 1))
-    if world > devices:
-        return f"needs {world} devices, the node has {devices}"
+    if world * per_rank > devices:
+        of = f" ({world} ranks x {per_rank} cores)" if per_rank > 1 else ""
+        return f"needs {world * per_rank} devices{of}, the node has {devices}"
     if not config.get("enable_attention_dp") and shape.num_attention_heads % tp:
         return f"TP {tp} does not divide the {shape.num_attention_heads} attention heads"
     ep = adapter.expert_parallel_width(config)

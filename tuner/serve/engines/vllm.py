@@ -70,13 +70,11 @@ class VllmAdapter:
         world = self.world_size(config)
         if inventory.kind == "gpu":
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
-        if world > 1 or len(devices) < max(len(inventory.devices), inventory.node_devices or 0):
-            # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank:
-            # without it, TP > 1 fails with "Not enough allowed NUMA nodes", and a trial sharing
-            # the node with another must stay on its own cores.
-            groups = split_devices(devices, world)
-            return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
-        return {}
+        # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank: without
+        # it TP > 1 fails with "Not enough allowed NUMA nodes", and a TP1 server would spread over
+        # every core, so its figure per device would depend on what else runs on the node.
+        groups = split_devices(devices[: inventory.devices_for(world)], world)
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
 
     def launch_plan(
         self,
@@ -98,7 +96,7 @@ class VllmAdapter:
         env = {**settings.env, **self.placement_env(config, inventory, devices)}
         return LaunchPlan(
             engine=self.name, argv=argv, env=env, files=files, host=host, port=port,
-            model=settings.model, gpus=self.world_size(config),
+            model=settings.model, gpus=inventory.devices_for(self.world_size(config)),
         )
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
