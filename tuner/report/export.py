@@ -277,9 +277,8 @@ def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
     for key in ("cudagraph-capture-sizes", "cuda-graph-bs"):
         if isinstance(config.get(key), list):
             found.append((key, config[key]))
-    for key in ("max-cudagraph-capture-size",):
-        if isinstance(config.get(key), int):
-            found.append((key, [config[key]]))
+    # vLLM's max-cudagraph-capture-size is not among them: it counts tokens (a speculative
+    # decode step is batch x (1 + draft)), so its recipe's 2048 above a batch of 512 is right.
     graphs = config.get("cuda_graph_config") or {}
     if isinstance(graphs.get("batch_sizes"), list):
         found.append(("cuda_graph_config.batch_sizes", graphs["batch_sizes"]))

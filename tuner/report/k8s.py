@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from tuner.serve.engines.rules import gpus_per_node
+
 # GPU feature discovery's nvidia.com/gpu.product label values for tuner's GPU types.
 GPU_PRODUCT_LABEL = {
     "H100-SXM": "NVIDIA-H100-80GB-HBM3",
@@ -121,7 +123,8 @@ def workers_job(*, study: str, workers: int, image: str, gpu_type: str, devices:
     }
     if gpu_type in GPU_PRODUCT_LABEL:
         # The device plugin gives each pod GPUs of its own: a worker claims only those.
-        container["resources"] = {"limits": {"nvidia.com/gpu": devices or 8}}
+        node = gpus_per_node(gpu_type) or 8  # a GB200 compute tray: 4
+        container["resources"] = {"limits": {"nvidia.com/gpu": min(devices or node, node)}}
         pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
     elif devices:
         container["resources"] = {"requests": {"cpu": str(devices)},

@@ -89,11 +89,17 @@ class EngineAdapter(Protocol):
 
 def moe_backends(engine: str) -> dict[str, list[str]]:
     """Backend -> architectures where it runs (tuner/data/moe_backends.yaml)."""
-    return dict(_moe_backend_table().get(engine, {}))
+    return {backend: list(archs) for backend, archs in _moe_backend_table().get(engine, {}).items()}
+
+
+def moe_activations(engine: str, backend: str, arch: str) -> list[str] | None:
+    """Activation precisions `backend` takes on `arch` where the table names them (vLLM)."""
+    archs = _moe_backend_table().get(engine, {}).get(backend)
+    return list(archs.get(arch, [])) if isinstance(archs, dict) else None
 
 
 @functools.cache
-def _moe_backend_table() -> dict[str, dict[str, list[str]]]:
+def _moe_backend_table() -> dict[str, dict[str, Any]]:
     # Read once: feasibility asks this for every configuration of a space (tens of thousands).
     import yaml
 
@@ -102,7 +108,8 @@ def _moe_backend_table() -> dict[str, dict[str, list[str]]]:
     return yaml.safe_load((DATA / "moe_backends.yaml").read_text())
 
 
-def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | None:
+def backend_infeasibility(engine: str, backend: str | None, arch: str,
+                          activation: str | None = None) -> str | None:
     if backend is None:
         return None
     archs = moe_backends(engine).get(backend)
@@ -110,6 +117,10 @@ def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | 
         return f"{engine} has no MoE backend {backend!r}"
     if arch not in archs:
         return f"MoE backend {backend} of {engine} runs on {', '.join(archs)}, not {arch}"
+    takes = moe_activations(engine, backend, arch)
+    if takes is not None and (activation or "bf16") not in takes:
+        return (f"MoE backend {backend} of {engine} takes {' or '.join(takes)} activations on "
+                f"{arch}, not {activation or 'bf16'}")
     return None
 
 
