@@ -235,11 +235,11 @@ def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
     except ValueError as e:
         raise BadInput(f"--format k8s: {e}") from e
     adapter = get_adapter(study.engine)
-    command = adapter.launch_command(plan, k8s.CONFIG_DIR)
+    command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
     return k8s.dump(k8s.manifests(
         study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
         gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,
-        image=image, health_path=plan.health_path))
+        image=image, health_path=plan.health_path, model=plan.model))
 
 
 def check_invariants(record: ExportRecord, adapter) -> None:
@@ -322,6 +322,6 @@ def write_workers_job(study: StudyRecord, out_dir: Path, *, workers: int, image:
                        f"{study.spec['model']['path']} (or a spec that generates it)")
     job = k8s.workers_job(study=study.name, workers=workers, image=image,
                           gpu_type=study.gpu_type, devices=study.spec["hardware"].get("devices"),
-                          secret=secret)
+                          secret=secret, model=study.spec.get("model", {}).get("path"))
     out_dir.mkdir(parents=True, exist_ok=True)
     return _write(out_dir / "k8s-workers.yaml", k8s.secret_howto(secret) + k8s.dump([job]))

@@ -73,6 +73,11 @@ class EngineAdapter(Protocol):
         """The argv a user runs by hand with the plan's files stored in config_dir."""
         ...
 
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        """The engine's own argv inside its image (a Kubernetes container), files in
+        config_dir: no container runtime around it."""
+        ...
+
     def world_size(self, config: dict[str, Any]) -> int:
         """Devices one server with this configuration occupies (the per-GPU divisor)."""
         ...
@@ -141,10 +146,13 @@ def gpu_server_infeasibility(engine: str, label: str, config: dict[str, Any], gp
 
 
 def container_argv(container: dict[str, Any], argv: list[str], *, port: int, model: str,
-                   devices: list[int], name: str) -> list[str]:
-    """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop."""
+                   devices: list[int], name: str, env: dict[str, str] | None = None) -> list[str]:
+    """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop,
+    and the spec's environment passed into the container (the client's own is not)."""
     run = [container.get("runtime", "docker"), "run", "--rm", "--init", "--name", name,
            "--ipc=host", "-p", f"{port}:{port}"]
+    for key in env or {}:
+        run += ["-e", key]  # docker takes the value from the client's environment: the plan's
     if devices:
         run += ["--gpus", f'"device={",".join(map(str, devices))}"']
     if model.startswith("/"):

@@ -84,3 +84,6 @@ class SglangAdapter:
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
         return list(plan.argv)
+
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        return self.launch_command(plan, config_dir)

@@ -110,18 +110,21 @@ class TrtllmAdapter:
                 settings.model, "--host", host, "--port", str(port), "--backend", "pytorch",
                 "--config", CONFIG_FILE]
         env = dict(settings.env)
+        extra: dict[str, Any] = {}
         if settings.container:
-            argv = self._in_container(argv, settings, port, devices[:world], workdir)
+            extra["engine_argv"] = argv  # what runs inside the image (Kubernetes)
+            argv = self._in_container(argv, settings, port, devices[:world], workdir, env)
         elif inventory.kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices[:world]))
         return LaunchPlan(engine=self.name, argv=argv, env=env, files=files, host=host,
-                          port=port, model=settings.model, gpus=world, version_path=None)
+                          port=port, model=settings.model, gpus=world, version_path=None,
+                          extra=extra)
 
     def _in_container(self, argv: list[str], settings: EngineSettings, port: int,
-                      devices: list[int], workdir: str | None) -> list[str]:
+                      devices: list[int], workdir: str | None, env: dict[str, str]) -> list[str]:
         argv = [a if a != CONFIG_FILE else f"{CONTAINER_DIR}/{CONFIG_FILE}" for a in argv]
         wrapped = container_argv(settings.container, argv, port=port, model=settings.model,
-                                 devices=devices, name=f"tuner-trtllm-{port}")
+                                 devices=devices, name=f"tuner-trtllm-{port}", env=env)
         if not workdir:
             raise ValueError("a container launch needs the absolute directory of its files")
         mount = ["-v", f"{workdir}:{CONTAINER_DIR}"]
@@ -133,4 +136,9 @@ class TrtllmAdapter:
         i = argv.index("--config") + 1
         if not argv[i].startswith(CONTAINER_DIR):
             argv[i] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
+        return argv
+
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        argv = list(plan.extra.get("engine_argv") or plan.argv)
+        argv[argv.index("--config") + 1] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
         return argv

@@ -112,6 +112,9 @@ class VllmAdapter:
         argv[argv.index("--config") + 1] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
         return argv
 
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        return self.launch_command(plan, config_dir)
+
 
 def speculative_config(config: dict[str, Any], draft_model: str | None) -> dict[str, Any] | None:
     method = config.get("speculative_method", "none")
