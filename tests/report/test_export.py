@@ -187,6 +187,21 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
     check_invariants(record, get_adapter("vllm"))
 
 
+def test_vllms_token_counted_capture_sizes_may_exceed_the_batch_as_its_recipe_does():
+    from tuner.report.export import check_invariants
+    from tuner.spec.errors import BadInput
+
+    record = SimpleNamespace(
+        trial=0, hardware=SimpleNamespace(gpus=1),
+        parameters={"tensor_parallel_size": 1, "max_batch_size": 512},
+        launch=SimpleNamespace(config={"max-cudagraph-capture-size": 2048,
+                                       "cudagraph-capture-sizes": [1, 8, 512, 2048]}))
+    check_invariants(record, get_adapter("vllm"))  # the recipe's 2048 at 512 sequences
+    record.launch.config = {"cudagraph-capture-sizes": [8, 1]}
+    with pytest.raises(BadInput, match="sorted and unique"):
+        check_invariants(record, get_adapter("vllm"))
+
+
 def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tmp_path):
     import jsonschema
 

@@ -256,7 +256,8 @@ def check_invariants(record: ExportRecord, adapter) -> None:
     for where, sizes in _cuda_graph_sizes(config):
         if sizes != sorted(set(sizes)):
             problems.append(f"{where} must be sorted and unique, got {sizes}")
-        if batch is not None and any(s > batch for s in sizes):
+        # vLLM's sizes count tokens (batch x (1 + draft) when speculating), not requests.
+        if batch is not None and where not in TOKEN_COUNTED and any(s > batch for s in sizes):
             problems.append(f"{where} {sizes} goes above the max batch size {batch}")
     if problems:
         raise BadInput(f"export of trial {record.trial} refused: " + "; ".join(problems))
@@ -271,14 +272,19 @@ def _draft_model(config: dict[str, Any]) -> str | None:
     return config.get("speculative-draft-model-path")
 
 
+# vLLM's capture sizes count tokens: its recipe's 2048 above a batch of 512 is right.
+TOKEN_COUNTED = ("cudagraph-capture-sizes", "max-cudagraph-capture-size")
+
+
 def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
     """Every CUDA-graph batch-size list or cap in an engine config, as lists."""
     found = []
     for key in ("cudagraph-capture-sizes", "cuda-graph-bs"):
         if isinstance(config.get(key), list):
             found.append((key, config[key]))
-    # vLLM's max-cudagraph-capture-size is not among them: it counts tokens (a speculative
-    # decode step is batch x (1 + draft)), so its recipe's 2048 above a batch of 512 is right.
+    for key in ("max-cudagraph-capture-size",):
+        if isinstance(config.get(key), int):
+            found.append((key, [config[key]]))
     graphs = config.get("cuda_graph_config") or {}
     if isinstance(graphs.get("batch_sizes"), list):
         found.append(("cuda_graph_config.batch_sizes", graphs["batch_sizes"]))
