@@ -33,7 +33,7 @@ KEYS = {
     "expert_parallel_size": "moe_expert_parallel_size",
 }
 # Attention-DP balancing: NVIDIA's curated throughput config waits 50 iterations with timeout 1,
-# its B200 database DEP configs 0 and 60; searched as two parameters, these where not searched.
+# its B200 database DEP configs 0 and 60: searched as two parameters, the curated values where not.
 ATTENTION_DP_BALANCE = {"enable_balance": True, "batching_wait_iters": 50, "timeout_iters": 1}
 ATTENTION_DP_KEYS = {"attention_dp_batching_wait_iters": "batching_wait_iters",
                      "attention_dp_timeout_iters": "timeout_iters"}
