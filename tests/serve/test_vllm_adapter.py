@@ -96,10 +96,11 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     settings = EngineSettings(executable="vllm", model="openai/gpt-oss-120b",
-                              args={"max-model-len": 10240},
+                              args={"max-model-len": 10240, "stream-interval": 20},
                               env={}, draft_model="nvidia/gpt-oss-120b-Eagle3-v3")
     config = {"tensor_parallel_size": 2, "data_parallel_size": 2, "enable_expert_parallel": True,
-              "moe_backend": backend, "max_batch_size": 256, "max_num_tokens": 8192,
+              "moe_backend": backend, "moe_activation": "mxfp8",
+              "max_batch_size": 256, "max_num_tokens": 8192,
               "kv_cache_dtype": "fp8", "gpu_memory_fraction": 0.9,
               "speculative_method": "eagle3", "num_speculative_tokens": 3}
     p = get_adapter("vllm").launch_plan(config, settings, host="0.0.0.0", port=8000,
@@ -110,7 +111,12 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
         ["--model", p.model, "--config", str(tmp_path / "config.yaml")])
     assert (args.moe_backend, args.kv_cache_dtype, args.gpu_memory_utilization) == (
         backend, "fp8", 0.9)
-    assert args.max_cudagraph_capture_size == 256  # graphs up to the batch limit, no further
+    # Graph sizes count tokens (batch x (1 + draft) when speculating): vLLM sizes them itself.
+    assert args.max_cudagraph_capture_size is None
+    assert args.stream_interval == 20
+    from vllm.model_executor.layers.quantization.utils.quant_utils import kMxfp8Dynamic
+
+    assert args.quantization_config.moe.activation == kMxfp8Dynamic  # vLLM's own parse
     assert args.speculative_config == {
         "method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3",
         "draft_tensor_parallel_size": 1, "num_speculative_tokens": 3}

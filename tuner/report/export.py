@@ -236,11 +236,11 @@ def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
     except ValueError as e:
         raise BadInput(f"--format k8s: {e}") from e
     adapter = get_adapter(study.engine)
-    command = adapter.launch_command(plan, k8s.CONFIG_DIR)
+    command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
     return k8s.dump(k8s.manifests(
         study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
         gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,
-        image=image, health_path=plan.health_path))
+        image=image, health_path=plan.health_path, model=plan.model))
 
 
 def check_invariants(record: ExportRecord, adapter) -> None:
@@ -260,7 +260,8 @@ def check_invariants(record: ExportRecord, adapter) -> None:
     for where, sizes in _cuda_graph_sizes(config):
         if sizes != sorted(set(sizes)):
             problems.append(f"{where} must be sorted and unique, got {sizes}")
-        if batch is not None and any(s > batch for s in sizes):
+        # vLLM's sizes count tokens (batch x (1 + draft) when speculating), not requests.
+        if batch is not None and where not in TOKEN_COUNTED and any(s > batch for s in sizes):
             problems.append(f"{where} {sizes} goes above the max batch size {batch}")
     if problems:
         raise BadInput(f"export of trial {record.trial} refused: " + "; ".join(problems))
@@ -273,6 +274,10 @@ def _draft_model(config: dict[str, Any]) -> str | None:
             if spec.get(name):
                 return spec[name]
     return config.get("speculative-draft-model-path")
+
+
+# vLLM's capture sizes count tokens: its recipe's 2048 above a batch of 512 is right.
+TOKEN_COUNTED = ("cudagraph-capture-sizes", "max-cudagraph-capture-size")
 
 
 def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
@@ -327,6 +332,6 @@ def write_workers_job(study: StudyRecord, out_dir: Path, *, workers: int, image:
                        f"{study.spec['model']['path']} (or a spec that generates it)")
     job = k8s.workers_job(study=study.name, workers=workers, image=image,
                           gpu_type=study.gpu_type, devices=study.spec["hardware"].get("devices"),
-                          secret=secret)
+                          secret=secret, model=study.spec.get("model", {}).get("path"))
     out_dir.mkdir(parents=True, exist_ok=True)
     return _write(out_dir / "k8s-workers.yaml", k8s.secret_howto(secret) + k8s.dump([job]))

@@ -100,7 +100,12 @@ def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int]) ->
 
 def planned_inventory(gpu, devices: int | None) -> Inventory:
     """A node of the given GPU type as a plan describes it (dry runs): stated, not detected."""
-    n = devices or (8 if gpu.arch != "cpu" else len(cpu_inventory().devices))
+    from tuner.serve.engines.rules import gpus_per_node
+
+    # One server spans one node: a GB200 compute tray holds 4 GPUs, whatever the spec says.
+    node = gpus_per_node(gpu.name) or 8
+    n = min(devices or node, node) if gpu.arch != "cpu" else devices or len(
+        cpu_inventory().devices)
     kind = "cpu" if gpu.arch == "cpu" else "gpu"
     return Inventory(kind=kind, type=gpu.name, devices=tuple(range(n)),
                      description=f"{n} x {gpu.name} (planned)", host="planned")

@@ -34,8 +34,11 @@ CANONICAL_PARAMETERS = {
     "data_parallel_size": "vLLM data-parallel ranks (attention DP when experts are parallel)",
     "enable_expert_parallel": "vLLM: spread MoE experts over the TP x DP ranks",
     "expert_parallel_size": "TRT-LLM / SGLang: ranks the MoE experts are spread over",
-    "enable_attention_dp": "TRT-LLM: attention data-parallel across the ranks (DEP)",
+    "enable_attention_dp": "TRT-LLM / SGLang: attention data-parallel across the ranks (DEP)",
+    "attention_dp_batching_wait_iters": "TRT-LLM: iterations attention-DP balancing may wait",
+    "attention_dp_timeout_iters": "TRT-LLM: iterations before attention-DP balancing gives up",
     "moe_backend": "the MoE kernel family",
+    "moe_activation": "vLLM: MoE activation precision (bf16, or mxfp8 on Blackwell kernels)",
     "max_batch_size": "most sequences in a batch (vLLM max-num-seqs)",
     "max_num_tokens": "most tokens in one scheduler step (vLLM max-num-batched-tokens)",
     "kv_cache_dtype": "KV-cache element type (auto, fp8)",
@@ -48,7 +51,9 @@ CANONICAL_PARAMETERS = {
 # Short names for one-line descriptions of a configuration (CLI tables, dashboard).
 SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
                "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
-               "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
+               "enable_attention_dp": "adp", "attention_dp_batching_wait_iters": "adp_wait",
+               "attention_dp_timeout_iters": "adp_timeout", "moe_backend": "moe",
+               "moe_activation": "act", "max_batch_size": "batch",
                "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
                "speculative_method": "spec", "num_speculative_tokens": "draft",
                "prompt_lookup_max": "lookup"}
