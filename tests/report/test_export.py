@@ -192,7 +192,7 @@ def test_vllms_token_counted_capture_sizes_may_exceed_the_batch_as_its_recipe_do
     from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
-        trial=0, hardware=SimpleNamespace(gpus=1),
+        trial=0, hardware=SimpleNamespace(gpu_type="H200", gpus=1),
         parameters={"tensor_parallel_size": 1, "max_batch_size": 512},
         launch=SimpleNamespace(config={"max-cudagraph-capture-size": 2048,
                                        "cudagraph-capture-sizes": [1, 8, 512, 2048]}))
