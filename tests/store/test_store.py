@@ -529,7 +529,9 @@ def test_open_loop_levels_may_share_a_concurrency_cap(store: Store):
     assert [m.request_rate for m in store.trial("s", 0).measurements] == [2.0, 4.0, 8.0]
 
 
-def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
+def build_old_schema(db_path: Path, revision: str = "0003") -> None:
+    """An SQLite database with tuner's tables as of `revision`, as an older tuner left it, with
+    one study, one trial and three measurements (in that revision's columns)."""
     from alembic import command
 
     from tuner.store.bootstrap import _alembic_config
@@ -537,7 +539,7 @@ def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Pa
     engine = create_engine(_url(db_path))
     with engine.begin() as connection:
         config = _alembic_config(connection)
-        command.upgrade(config, "0003")
+        command.upgrade(config, revision)
     engine.dispose()
     _query_write(db_path, [
         "INSERT INTO tuner_studies (id, name, engine, model, gpu_type, spec, space, "
@@ -548,6 +550,10 @@ def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Pa
         *(f"INSERT INTO tuner_measurements ({', '.join(_LEGACY_COLUMNS)}) VALUES "
           f"(1, {c}, 10, 0, 1.0, 10, 10, 1.0, 10.0, 10.0, 1.0, 1)" for c in (16, 1, 4)),
     ])
+
+
+def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
+    build_old_schema(db_path, "0003")
     with Store.open(_url(db_path)) as store:
         trial = store.trial("s", 0)
     assert [m.concurrency for m in trial.measurements] == [1, 4, 16]

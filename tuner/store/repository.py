@@ -58,18 +58,27 @@ class Store:
         self._sessions = sessionmaker(bind=engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str, *, create: bool = True) -> Store:
-        """Check the database, then bring tuner's tables up to date (creating them if allowed).
+    def open(cls, url: str, *, create: bool = True, upgrade: bool | None = None) -> Store:
+        """Check the database, then bring tuner's tables up to date where allowed.
 
-        Nothing is written before every check has passed, and nothing at all to a database that
-        is already up to date, so a dashboard can open one it may only read.
+        `create` lets a missing database be created; `upgrade` (by default: `create`) lets an
+        older schema be migrated. `Store.open(url, create=False)` is a reader's: it never creates,
+        migrates or otherwise writes, and refuses an older schema in one line naming
+        `tuner upgrade`. Nothing is written before every check has passed.
         """
-        engine, where = bootstrap.open_engine(url, create=create)
+        engine, where = bootstrap.open_engine(
+            url, create=create, upgrade=create if upgrade is None else upgrade)
         return cls(engine, url, where)
 
     @property
     def url(self) -> str:
+        """The URL as given, password included: for connecting, never for showing."""
         return self._url
+
+    @property
+    def where(self) -> str:
+        """Where the database is, for showing: the file path, or the URL without its password."""
+        return self._where
 
     def close(self) -> None:
         self._engine.dispose()
