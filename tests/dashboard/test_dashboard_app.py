@@ -427,7 +427,7 @@ def test_the_dashboard_leaves_an_older_database_byte_identical_and_creates_no_fi
 
     old = tmp_path / "old"
     old.mkdir()
-    build_old_schema(old / "tuner.db", "0003")
+    build_old_schema(old / "tuner.db")
     before = _snapshot(old)
     missing = tmp_path / "missing"
     missing.mkdir()

@@ -25,7 +25,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 def test_a_reader_refuses_an_older_schema_in_one_line_and_leaves_it_byte_identical(tmp_path):
     db = tmp_path / "old.db"
-    build_old_schema(db, "0003")
+    build_old_schema(db)
     before = _snapshot(tmp_path)
     with pytest.raises(StoreError) as excinfo:
         Store.open(_url(db), create=False)
@@ -53,7 +53,7 @@ def test_a_reader_of_an_up_to_date_database_writes_nothing(tmp_path):
 
 def test_tuner_upgrade_migrates_an_older_database_once_and_keeps_its_rows(tmp_path):
     db = tmp_path / "old.db"
-    build_old_schema(db, "0003")
+    build_old_schema(db)
     proc = subprocess.run([sys.executable, "-m", "tuner.cli", "upgrade", "--storage", _url(db)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
