@@ -232,6 +232,10 @@ class ServerModel(Base):
     log_path: Mapped[str] = mapped_column(Text, nullable=False)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     stopped_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # The tuner process that launched it (pid and start time): a confirmation's server is not
+    # owned by its trial's worker. NULL in rows from before revision 0007.
+    owner_pid: Mapped[int | None] = mapped_column(Integer)
+    owner_create_time: Mapped[float | None] = mapped_column(Float)
 
     trial: Mapped[TrialModel] = relationship(back_populates="servers")
 

@@ -10,3 +10,11 @@ except PackageNotFoundError:  # running from a source tree that was not installe
 
 # The data files that ship inside the package (GPU specs, model shapes, the corpus, schemas).
 DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def shipped(name: str) -> Path:
+    """A top-level folder of the project (`search_spaces`, `dashboard`): in an installed wheel,
+    the copy the build put in tuner/_data/ (see setup.py); in a checkout, the folder itself."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_data" / name
+    return packaged if packaged.is_dir() else here.parent / name

@@ -12,7 +12,7 @@ def render() -> None:
     storage, version = ui.url(), ui.version()
     st.title("Studies")
     ui.follow_changes(version)
-    st.caption(f"Database `{store.url}` · read-only · re-read whenever a study writes to it")
+    st.caption(f"Database `{store.where}` · read-only · re-read whenever a study writes to it")
     datas = ui.studies(storage, version)
     if not datas:
         st.info("No study yet in this database. Run one with `tuner run STUDY.yaml` "

@@ -109,7 +109,7 @@ def render() -> None:
                               else ":material/download:")
 
     st.subheader("Server log")
-    text, source = dd.log_tail(trial, storage)
+    text, source = dd.log_tail(data.study, trial, storage)
     st.caption(source)
     if text:
         st.code(text, language=None, height=360)

@@ -418,3 +418,24 @@ def test_predicted_vs_measured_tab_draws_the_stored_predictions(monkeypatch, tmp
     assert "2 measured levels with a stored prediction" in text(at)
     assert "median |error| 20%" in text(at)
     assert at.dataframe[-1].value["error %"].round(1).tolist() == [20.0, -20.0]
+
+
+def test_the_dashboard_leaves_an_older_database_byte_identical_and_creates_no_file(monkeypatch,
+                                                                                  tmp_path):
+    from tests.store.test_read_only_open import _snapshot
+    from tests.store.test_store import build_old_schema
+
+    old = tmp_path / "old"
+    old.mkdir()
+    build_old_schema(old / "tuner.db")
+    before = _snapshot(old)
+    missing = tmp_path / "missing"
+    missing.mkdir()
+    for page in PAGES:
+        at = open_page(monkeypatch, sqlite_url(old / "tuner.db"), page)
+        assert any("older tuner schema" in e.value and "tuner upgrade" in e.value
+                   for e in at.error), page
+        at = open_page(monkeypatch, sqlite_url(missing / "tuner.db"), page)
+        assert any("no study database at" in e.value for e in at.error), page
+    assert _snapshot(old) == before
+    assert list(missing.iterdir()) == []

@@ -367,24 +367,6 @@ def test_levels_and_launch_plan_of_a_trial(url):
     assert dd.launch_view(infeasible) is None
 
 
-def test_the_log_tail_comes_from_the_file_beside_the_database_else_from_the_store(url, tmp_path):
-    log = tmp_path / "tuner-runs" / "s" / "trial-0000" / "server.log"
-    log.parent.mkdir(parents=True)
-    log.write_text("\n".join(f"line {i}" for i in range(200)))
-    w = StudyWriter(url)
-    w.fail(0, P(), "crash", "boom", log_tail="stored tail",
-           log_path="tuner-runs/s/trial-0000/server.log")
-    w.fail(1, P(2), "crash", "boom", log_tail="stored tail", log_path="/nonexistent/server.log")
-    w.infeasible(2, P(1, True), "no")
-    t0, t1, t2 = w.data().trials
-    text, source = dd.log_tail(t0, url, lines=5)
-    assert text.splitlines() == [f"line {i}" for i in range(195, 200)]
-    assert str(log) in source
-    text, source = dd.log_tail(t1, url)
-    assert text == "stored tail" and "not readable here" in source
-    assert dd.log_tail(t2, url) == (None, "no server log: this trial never launched a server")
-
-
 # ---------------------------------------------------------------- importance
 
 

@@ -52,7 +52,8 @@ def test_a_dead_workers_server_is_reaped_and_its_trial_failed(setup):
                                 start_new_session=True)
     ctx.store.record_server(tid, host=host, pid=leftover.pid, pgid=leftover.pid,
                             create_time=psutil.Process(leftover.pid).create_time(),
-                            log_path="/nonexistent/server.log")
+                            log_path="/nonexistent/server.log", owner_pid=dead.pid,
+                            owner_create_time=psutil.Process().create_time() - 5)
     live_trial, live_tid = _running_trial(ctx, study, host, worker_id())
 
     try:
@@ -86,7 +87,8 @@ def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
     try:
         ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
                                 create_time=psutil.Process(server.pid).create_time(),
-                                log_path="/nonexistent/server.log")
+                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
+                                owner_create_time=psutil.Process().create_time())
         recover(ctx, study)
         assert server.poll() is None  # still running
         assert [s.trial_id for s in ctx.store.unstopped_servers(host)] == [tid]
@@ -94,6 +96,52 @@ def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+
+
+def test_a_confirmations_server_is_judged_by_its_own_owner_not_the_trials_worker(setup):
+    """`tuner confirm` re-runs a trial whose worker is long gone: the server row names the
+    confirming process, so another tuner starting on the host leaves the server running."""
+    ctx, study, host, said = setup
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    tid = ctx.store.start_trial("s", 7, {"max_batch_size": 4}, worker_host=host,
+                                worker_pid=gone.pid)  # the original trial's worker: exited
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    try:
+        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
+                                create_time=psutil.Process(server.pid).create_time(),
+                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
+                                owner_create_time=psutil.Process().create_time())
+        (row,) = ctx.store.unstopped_servers(host)
+        assert (row.owner_pid, row.owner_create_time) == (os.getpid(),
+                                                          psutil.Process().create_time())
+        recover(ctx, study)
+        assert server.poll() is None  # still measuring
+        assert [s.trial_id for s in ctx.store.unstopped_servers(host)] == [tid]
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+
+
+def test_a_server_whose_owners_pid_was_reused_is_reaped(setup):
+    """The owner's pid is alive but is another process now (a different start time)."""
+    ctx, study, host, said = setup
+    tid = ctx.store.start_trial("s", 8, {"max_batch_size": 16}, worker_host=host,
+                                worker_pid=os.getpid())
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    try:
+        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
+                                create_time=psutil.Process(server.pid).create_time(),
+                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
+                                owner_create_time=psutil.Process().create_time() - 3600)
+        recover(ctx, study)
+        assert server.wait(timeout=30) is not None
+        assert ctx.store.unstopped_servers(host) == []
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 9)
 
 
 def test_a_trial_another_worker_is_still_starting_is_left_alone(setup):

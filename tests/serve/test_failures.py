@@ -53,3 +53,17 @@ def test_an_exception_without_a_message_is_named_by_the_frame_that_raised_it():
 """  # noqa: E501
     assert classify(log, None) == (
         "unsupported", "NotImplementedError in all_gatherv (base_device_communicator.py:296)")
+
+
+def test_the_root_cause_is_the_telling_line_nearest_the_exit_not_an_early_warning():
+    log = """\
+INFO 12-02 02:00:01 [cpu.py:88] Loading model /models/tiny-gpt-oss
+WARNING 12-02 02:00:02 [cpu.py:120] Pin memory is not supported on CPU, falling back
+INFO 12-02 02:00:04 [core.py:91] Initializing the engine
+ERROR 12-02 02:00:05 [core.py:700] ValueError: max_num_batched_tokens (16) is smaller than \
+max_model_len (512)
+"""
+    kind, reason = classify(log, 1)
+    assert kind == "invalid_argument"
+    assert "max_num_batched_tokens (16)" in reason
+

@@ -350,9 +350,13 @@ def test_servers_stay_listed_on_their_host_until_marked_stopped(store: Store):
     first = store.start_trial("s", 0, {}, worker_host="a", worker_pid=1)
     second = store.start_trial("s", 1, {}, worker_host="a", worker_pid=1)
     elsewhere = store.start_trial("s", 2, {}, worker_host="b", worker_pid=1)
-    store.record_server(first, host="a", pid=100, pgid=100, create_time=1.7e9 + 0.25, log_path="0")
-    store.record_server(second, host="a", pid=200, pgid=200, create_time=1.7e9 + 9.5, log_path="1")
-    store.record_server(elsewhere, host="b", pid=100, pgid=100, create_time=1.0, log_path="2")
+    owner = {"owner_pid": 7, "owner_create_time": 1.6e9}
+    store.record_server(first, host="a", pid=100, pgid=100, create_time=1.7e9 + 0.25,
+                        log_path="0", **owner)
+    store.record_server(second, host="a", pid=200, pgid=200, create_time=1.7e9 + 9.5,
+                        log_path="1", **owner)
+    store.record_server(elsewhere, host="b", pid=100, pgid=100, create_time=1.0, log_path="2",
+                        **owner)
 
     servers = store.unstopped_servers("a")
     assert [(s.trial_id, s.pid, s.pgid, s.create_time) for s in servers] == [
@@ -360,6 +364,7 @@ def test_servers_stay_listed_on_their_host_until_marked_stopped(store: Store):
         (second, 200, 200, 1.7e9 + 9.5),
     ]
     assert servers[0].host == "a" and servers[0].log_path == "0"
+    assert (servers[0].owner_pid, servers[0].owner_create_time) == (7, 1.6e9)  # not the worker
     assert servers[0].started_at.tzinfo == dt.timezone.utc
 
     store.mark_server_stopped(first)
@@ -371,7 +376,24 @@ def test_servers_stay_listed_on_their_host_until_marked_stopped(store: Store):
 
 def test_a_server_of_an_unknown_trial_is_refused(store: Store):
     with pytest.raises(StoreError, match="no trial with id 999"):
-        store.record_server(999, host="a", pid=1, pgid=1, create_time=1.0, log_path="x")
+        store.record_server(999, host="a", pid=1, pgid=1, create_time=1.0, log_path="x",
+                            owner_pid=1, owner_create_time=1.0)
+
+
+def test_a_server_row_from_before_owners_names_its_trials_worker(db_path: Path):
+    schema_at(db_path, "0005")
+    _query_write(db_path, [
+        "INSERT INTO tuner_studies (id, name, engine, model, gpu_type, spec, space, "
+        "tuner_version, created_at) VALUES (1, 's', 'vllm', 'm', 'cpu', '{}', '{}', '0', "
+        "'2026-01-01 00:00:00')",
+        "INSERT INTO tuner_trials (id, study_id, number, state, params, started_at, worker_host, "
+        "worker_pid) VALUES (2, 1, 1, 'running', '{}', '2026-01-01 00:00:00', 'a', 4242)",
+        "INSERT INTO tuner_servers (trial_id, host, pid, pgid, create_time, log_path, "
+        "started_at) VALUES (2, 'a', 100, 100, 1.0, 'x', '2026-01-01 00:00:00')",
+    ])
+    with Store.open(_url(db_path)) as store:  # a writer: migrates to 0007
+        (server,) = store.unstopped_servers("a")
+    assert (server.owner_pid, server.owner_create_time) == (4242, None)
 
 
 # -- what Store.open refuses, leaving every byte as it was --------------------------------------
@@ -529,7 +551,8 @@ def test_open_loop_levels_may_share_a_concurrency_cap(store: Store):
     assert [m.request_rate for m in store.trial("s", 0).measurements] == [2.0, 4.0, 8.0]
 
 
-def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
+def schema_at(db_path: Path, revision: str) -> None:
+    """An SQLite database with tuner's tables as of `revision`, empty."""
     from alembic import command
 
     from tuner.store.bootstrap import _alembic_config
@@ -537,8 +560,14 @@ def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Pa
     engine = create_engine(_url(db_path))
     with engine.begin() as connection:
         config = _alembic_config(connection)
-        command.upgrade(config, "0003")
+        command.upgrade(config, revision)
     engine.dispose()
+
+
+def build_old_schema(db_path: Path) -> None:
+    """An SQLite database as a tuner of schema revision 0003 left it, with one study, one trial
+    and three measurements in that revision's columns."""
+    schema_at(db_path, "0003")
     _query_write(db_path, [
         "INSERT INTO tuner_studies (id, name, engine, model, gpu_type, spec, space, "
         "tuner_version, created_at) VALUES (1, 's', 'vllm', 'm', 'cpu', '{}', '{}', '0', "
@@ -548,6 +577,10 @@ def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Pa
         *(f"INSERT INTO tuner_measurements ({', '.join(_LEGACY_COLUMNS)}) VALUES "
           f"(1, {c}, 10, 0, 1.0, 10, 10, 1.0, 10.0, 10.0, 1.0, 1)" for c in (16, 1, 4)),
     ])
+
+
+def test_rows_measured_before_revision_0004_get_their_sweep_position(db_path: Path):
+    build_old_schema(db_path)
     with Store.open(_url(db_path)) as store:
         trial = store.trial("s", 0)
     assert [m.concurrency for m in trial.measurements] == [1, 4, 16]

@@ -1,10 +1,9 @@
-"""`tuner dashboard`: serves the Streamlit app of dashboard/ (at the repository root) on the
-study database, read-only."""
+"""`tuner dashboard`: serves the Streamlit app of dashboard/ (at the repository root; inside an
+installed wheel, tuner/_data/dashboard) on the study database, read-only."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,10 +32,12 @@ def dashboard(
 
     url = storage or DEFAULT_STORAGE
     _open(url).close()  # a missing or foreign database: the store's one-line error, exit 2
-    app_path = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+    from tuner import shipped
+
+    app_path = shipped("dashboard") / "app.py"
     if not app_path.is_file():
-        raise BadInput(f"the dashboard's app is missing ({app_path}): reinstall tuner from its "
-                       "source tree (`make install`)")
+        raise BadInput(f"the dashboard's app is missing ({app_path}): reinstall tuner (a wheel "
+                       "ships it; `make install` in a checkout)")
     try:
         import streamlit  # noqa: F401
     except ImportError as e:

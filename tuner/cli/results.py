@@ -1,4 +1,5 @@
-"""Reading a study's results: `tuner status`, `tuner best` and `tuner export`."""
+"""Reading a study's results: `tuner status`, `tuner best` and `tuner export`; and `tuner upgrade`,
+the one command that migrates an existing database and nothing else."""
 
 from __future__ import annotations
 
@@ -127,3 +128,19 @@ def export(
     files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)), pick)
     for f in files:
         out.print(str(f))
+
+
+@app.command()
+def upgrade(storage: StorageOpt = None) -> None:
+    """Bring a study database made by an older tuner up to this tuner's schema (the readers,
+    `tuner status` and the dashboard among them, never change a database themselves)."""
+    from tuner.spec.study_spec import DEFAULT_STORAGE
+    from tuner.store import Store, StoreError
+
+    url = storage or DEFAULT_STORAGE
+    try:
+        store = Store.open(url, create=False, upgrade=True)
+    except StoreError as e:
+        raise BadInput(str(e)) from e
+    with store:
+        out.print(f"{store.where} is up to date")

@@ -1,8 +1,9 @@
 """The winning configuration as files a deploy pipeline runs as-is.
 
-Exports are derived from stored trials alone (the stored spec and the trial's parameters), so any
-past study can be exported again later. The JSON record is versioned: a released field is never
-renamed; new fields may be added with a new schema_version.
+Exports are derived from stored trials alone (the launch plan stored with the trial, see
+`stored_plan`), so any past study exports what it measured, whatever the adapters do today. The
+JSON record is versioned: a released field is never renamed; new fields may be added with a new
+schema_version.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pydantic import BaseModel, ConfigDict
 
 import tuner
 from tuner import DATA_DIR
+from tuner.report.stored_plan import deploy_plan
 from tuner.search.rules import best_level, study_sla
-from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
-from tuner.serve.hardware import Inventory
+from tuner.serve.engines import LaunchPlan, get_adapter
 from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
@@ -118,26 +119,13 @@ def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
         measurements=[m.to_dict() for m in trial.confirmation])
 
 
-def _settings(study: StudyRecord) -> EngineSettings:
-    engine = study.spec["engine"]
-    executable = engine.get("executable") or get_adapter(study.engine).default_executable
-    return EngineSettings(executable=executable, model=study.model,
-                          args=dict(engine.get("args", {})), env=dict(engine.get("env", {})),
-                          draft_model=engine.get("draft_model"), container=engine.get("container"))
-
-
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
                  workdir: str | None = None, pick: Pick | None = None,
                  ) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
     adapter = get_adapter(study.engine)
     hw = trial.hardware or {}
-    inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
-                          devices=tuple(range(trial.gpus or 1)),
-                          description=hw.get("description", ""), host=hw.get("host", ""),
-                          per_rank=hw.get("per_rank", 1))
-    plan = adapter.launch_plan(trial.params, _settings(study), host=DEPLOY_HOST,
-                               port=DEPLOY_PORT, inventory=inventory,
-                               devices=list(range(trial.gpus or 1)), workdir=workdir)
+    # What the trial ran (its stored plan), not what today's adapter would make of its params.
+    plan = deploy_plan(study, trial, host=DEPLOY_HOST, port=DEPLOY_PORT, workdir=workdir)
     command = adapter.launch_command(plan, config_dir)
     import yaml
 

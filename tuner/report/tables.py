@@ -7,7 +7,8 @@ from typing import Any
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
-from tuner.search.rules import met_sla
+from tuner.search.rules import winner
+from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
 
@@ -64,12 +65,19 @@ def state_counts(trials: list[TrialRecord]) -> dict[str, int]:
 
 
 def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
+    """What `tuner status` prints per study; its best is `tuner best`'s winner (`rules.winner`:
+    confirmations first), with the figure `tuner best` heads with."""
     rows = []
     for s in studies:
         trials = trials_of(s.name)
-        ok = [t.objective for t in trials if met_sla(t)]
+        try:
+            best: TrialRecord | None = winner(s, trials)
+        except NoResult:
+            best = None
         rows.append({"study": s.name, "engine": s.engine, "gpu type": s.gpu_type,
-                     **state_counts(trials), "best tok/s/GPU": max(ok) if ok else None,
+                     **state_counts(trials),
+                     "best tok/s/GPU": None if best is None else best.objective,
+                     "best trial": None if best is None else best.number,
                      "created": s.created_at.strftime("%Y-%m-%d %H:%M")})
     return pd.DataFrame(rows)
 

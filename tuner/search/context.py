@@ -131,7 +131,7 @@ def ensure_model(spec: StudySpec, say: Say) -> Path:
 
 def open_store(url: str, *, create: bool = True) -> Store:
     try:
-        return Store.open(url, create=create)
+        return Store.open(url, create=create, upgrade=True)  # a writer: brings it up to date
     except StoreError as e:
         raise BadInput(str(e)) from e
 

@@ -14,8 +14,14 @@ from tuner.store import ServerRecord
 
 
 def worker_id() -> str:
+    pid, created = this_process()
+    return f"{pid}:{created:.3f}"
+
+
+def this_process() -> tuple[int, float]:
+    """This tuner process as a server's owner: its pid and start time."""
     me = psutil.Process()
-    return f"{me.pid}:{me.create_time():.3f}"
+    return me.pid, me.create_time()
 
 
 def worker_alive(worker: str | None) -> bool:
@@ -54,11 +60,18 @@ def recover(ctx: StudyContext, study: optuna.Study) -> None:
 
 def _owner_alive(server: ServerRecord) -> bool:
     """Whether the tuner that launched this server still runs it: the server's leader is the
-    recorded process and still the child of the recorded tuner process."""
+    recorded process and still the child of its recorded owner, which is the same process that
+    launched it (its start time too, where the row has it)."""
     try:
         leader = psutil.Process(server.pid)
-        return (server.worker_pid is not None and leader.ppid() == server.worker_pid
-                and abs(leader.create_time() - server.create_time) < 1.0)
+        if server.owner_pid is None or leader.ppid() != server.owner_pid:
+            return False
+        if abs(leader.create_time() - server.create_time) >= 1.0:
+            return False
+        if server.owner_create_time is None:  # a row from before servers carried their owner
+            return True
+        return abs(psutil.Process(server.owner_pid).create_time()
+                   - server.owner_create_time) < 0.01
     except psutil.Error:
         return False
 

@@ -28,7 +28,7 @@ from tuner.search.bridge import (
     tell_unusable,
 )
 from tuner.search.context import HOST, StudyContext
-from tuner.search.recovery import worker_id
+from tuner.search.recovery import this_process, worker_id
 from tuner.search.rules import (
     config_key,
     incumbent_floor,
@@ -275,9 +275,11 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
     deadline = t0 + ctx.spec.budget.trial_timeout_s
     try:
         server.start()
+        owner_pid, owner_created = this_process()  # a confirmation's server is its own process's
         ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
                                 pgid=server.pid, create_time=server.create_time or 0.0,
-                                log_path=str(server.log_path))
+                                log_path=str(server.log_path), owner_pid=owner_pid,
+                                owner_create_time=owner_created)
         ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()

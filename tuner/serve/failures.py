@@ -2,7 +2,8 @@
 
 Kinds a study records: oom, crash, unsupported, invalid_argument, not_ready, timeout,
 request_errors, interrupted, infeasible. The reason is the log line that gave it away (for a
-segfault, with the native frame it happened in), short enough for a table.
+segfault, with the native frame it happened in): the telling line nearest the end of the log,
+where the server exited, short enough for a table.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import re
 import signal
 from pathlib import Path
 
-# Most specific first. Within a kind the FIRST occurrence in the log wins: what follows a root
-# cause (EngineDeadError, "see stack trace above") is its consequence.
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+# What names a root cause, most specific first (the order only settles a line matching two).
+# The matching line nearest the end of the log wins: a server logs benign warnings as it starts
+# ("... is not supported, falling back"), and the error it exits on comes last.
+_CAUSES: list[tuple[str, re.Pattern[str]]] = [
     ("oom", re.compile(r"out of memory|OutOfMemoryError|Cannot allocate memory|"
                        r"No available memory for the cache blocks|insufficient memory", re.I)),
     ("crash", re.compile(r"Segfault encountered|SIGSEGV|Segmentation fault|SIGBUS|SIGABRT|"
@@ -21,9 +23,11 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("unsupported", re.compile(r"NotImplementedError|is not supported|not supported on", re.I)),
     ("invalid_argument", re.compile(r"error: (argument|unrecognized arguments)|invalid choice|"
                                     r"ValidationError|ValueError", re.I)),
-    ("crash", re.compile(r"died unexpectedly|EngineDeadError|terminated unexpectedly|"
-                         r"Traceback \(most recent call last\)", re.I)),
 ]
+# What follows a root cause (EngineDeadError, "see stack trace above"): a crash named by the
+# first of them only when no cause is in the log at all.
+_CONSEQUENCES = re.compile(r"died unexpectedly|EngineDeadError|terminated unexpectedly|"
+                           r"Traceback \(most recent call last\)", re.I)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (.+)')
 REASON_CHARS = 300
 
@@ -31,10 +35,13 @@ REASON_CHARS = 300
 def classify(log_text: str, returncode: int | None) -> tuple[str, str]:
     """(kind, reason) for a server that exited or stopped serving."""
     lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    for kind, pattern in _PATTERNS:
-        for i, line in enumerate(lines):
-            if pattern.search(line):
+    for i in range(len(lines) - 1, -1, -1):
+        for kind, pattern in _CAUSES:
+            if pattern.search(lines[i]):
                 return kind, _reason(lines, i)
+    for i, line in enumerate(lines):
+        if _CONSEQUENCES.search(line):
+            return "crash", _reason(lines, i)
     if returncode is not None and returncode < 0:
         try:
             name = signal.Signals(-returncode).name

@@ -290,4 +290,6 @@ def resolve_space_path(spec: StudySpec, spec_path: Path) -> Path:
 
 
 def search_spaces_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "search_spaces"
+    from tuner import shipped
+
+    return shipped("search_spaces")

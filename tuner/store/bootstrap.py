@@ -2,14 +2,17 @@
 and tuner's schema migrations.
 
 A database is checked before anything is written to it: a file that is not tuner's (or Optuna's)
-is refused and left exactly as it was. SQLite files run in WAL mode so a dashboard can read while
-a study writes. The error-text helpers at the end are shared with the repository.
+is refused and left exactly as it was. A reader (the dashboard, `tuner status`) opens without
+`create` or `upgrade` and writes nothing at all, not even a migration. SQLite files run in WAL
+mode so a dashboard can read while a study writes. The error-text helpers at the end are shared
+with the repository.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,22 +44,29 @@ _PG_MIGRATION_LOCK = 7_202_511
 _PG_BUDGET_LOCK = 7_202_512
 
 
-def open_engine(url: str, *, create: bool) -> tuple[Engine, str]:
-    """Check the database, then bring tuner's tables up to date (creating them if allowed).
+def open_engine(url: str, *, create: bool, upgrade: bool) -> tuple[Engine, str]:
+    """Check the database, then bring tuner's tables up to date where allowed.
+
+    `create`: a missing database (file, or tuner's tables) may be created. `upgrade`: an older
+    schema may be migrated and an SQLite file switched to WAL. With neither, opening only reads:
+    a missing database, or one whose schema is older than this tuner's, is refused in one line
+    naming the command that upgrades it, and nothing is created or written.
 
     Returns the engine and where the database is for messages: the file path, or the URL without
     its password. Nothing is written before every check has passed, and nothing at all to a
-    database that is already up to date, so a dashboard can open one it may only read.
+    database that is already up to date.
     """
     parsed = _parse_url(url)
     path = _sqlite_file(parsed)
-    where = str(path) if path is not None else parsed.render_as_string(hide_password=True)
+    where = str(path) if path is not None else mask_url(url)
     if path is not None:
         _check_sqlite_path(path, create=create)
     engine = _create_engine(parsed, where)
     try:
         revisions = _check_contents(engine, where, sqlite_file=path is not None, create=create)
-        if path is not None:
+        if revisions != {_head_revision()} and not (create or upgrade):
+            raise _older_schema(where, url, revisions)
+        if path is not None and (create or upgrade):
             _use_wal(engine)
         if revisions != {_head_revision()}:
             _upgrade(engine, parsed)
@@ -69,6 +79,14 @@ def open_engine(url: str, *, create: bool) -> tuple[Engine, str]:
             f"cannot open {where}: {_cause(e)}: check the database is reachable and writable"
         ) from e
     return engine, where
+
+
+def _older_schema(where: str, url: str, revisions: set[str]) -> StoreError:
+    return StoreError(
+        f"{where} has an older tuner schema (revision {', '.join(sorted(revisions))}; this "
+        f"tuner's is {_head_revision()}) and this command only reads: upgrade it once with "
+        f"`tuner upgrade --storage {shlex.quote(mask_url(url))}`"
+    )
 
 
 @contextmanager
@@ -312,7 +330,8 @@ def _hint(e: SQLAlchemyError) -> str:
 
 
 def mask_url(url: str) -> str:
-    """A storage URL with any password replaced by ***, for printing and logging."""
+    """A storage URL with any password replaced by ***, for printing and logging: the one place
+    tuner turns a storage URL into text that a page, a terminal or a log shows."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # an unparsable URL is reported elsewhere; never print it raw

@@ -193,7 +193,10 @@ class ServerRecord:
     create_time: float
     log_path: str
     started_at: dt.datetime
-    worker_pid: int | None = None  # the tuner process that launched it
+    # The tuner process that launched it, by pid and start time (a pid alone may be reused).
+    # For rows from before revision 0007: the pid of its trial's worker, start time unknown.
+    owner_pid: int | None = None
+    owner_create_time: float | None = None
 
 
 def config_key(params: dict[str, Any]) -> str:

@@ -58,18 +58,27 @@ class Store:
         self._sessions = sessionmaker(bind=engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str, *, create: bool = True) -> Store:
-        """Check the database, then bring tuner's tables up to date (creating them if allowed).
+    def open(cls, url: str, *, create: bool = True, upgrade: bool | None = None) -> Store:
+        """Check the database, then bring tuner's tables up to date where allowed.
 
-        Nothing is written before every check has passed, and nothing at all to a database that
-        is already up to date, so a dashboard can open one it may only read.
+        `create` lets a missing database be created; `upgrade` (by default: `create`) lets an
+        older schema be migrated. `Store.open(url, create=False)` is a reader's: it never creates,
+        migrates or otherwise writes, and refuses an older schema in one line naming
+        `tuner upgrade`. Nothing is written before every check has passed.
         """
-        engine, where = bootstrap.open_engine(url, create=create)
+        engine, where = bootstrap.open_engine(
+            url, create=create, upgrade=create if upgrade is None else upgrade)
         return cls(engine, url, where)
 
     @property
     def url(self) -> str:
+        """The URL as given, password included: for connecting, never for showing."""
         return self._url
+
+    @property
+    def where(self) -> str:
+        """Where the database is, for showing: the file path, or the URL without its password."""
+        return self._where
 
     def close(self) -> None:
         self._engine.dispose()
@@ -322,9 +331,11 @@ class Store:
     # -- servers ------------------------------------------------------------------------------
 
     def record_server(
-        self, trial_id: int, *, host: str, pid: int, pgid: int, create_time: float, log_path: str
+        self, trial_id: int, *, host: str, pid: int, pgid: int, create_time: float,
+        log_path: str, owner_pid: int, owner_create_time: float,
     ) -> None:
-        """Record a launched server, so a later run can reap it if this tuner dies."""
+        """Record a launched server and the tuner process that owns it (`owner_*`: pid and
+        start time), so a later run can reap it if that process dies, and only then."""
         with self._session(f"record the server of trial id {trial_id}") as session:
             self._trial_row(session, trial_id)
             session.add(
@@ -336,6 +347,8 @@ class Store:
                     create_time=create_time,
                     log_path=log_path,
                     started_at=_now(),
+                    owner_pid=owner_pid,
+                    owner_create_time=owner_create_time,
                 )
             )
 
@@ -349,7 +362,8 @@ class Store:
             )
 
     def unstopped_servers(self, host: str) -> list[ServerRecord]:
-        """Servers on `host` never marked stopped, oldest first."""
+        """Servers on `host` never marked stopped, oldest first. A row from before servers
+        carried their owner names its trial's worker pid instead (start time unknown)."""
         with self._session(f"read the servers on {host}") as session:
             query = (
                 select(ServerModel, TrialModel.worker_pid)
@@ -357,8 +371,9 @@ class Store:
                 .where(ServerModel.host == host, ServerModel.stopped_at.is_(None))
                 .order_by(ServerModel.started_at, ServerModel.id)
             )
-            return [replace(_server_record(row), worker_pid=pid)
-                    for row, pid in session.execute(query)]
+            records = [(_server_record(row), pid) for row, pid in session.execute(query)]
+            return [r if r.owner_pid is not None else replace(r, owner_pid=pid)
+                    for r, pid in records]
 
     # -- predictions --------------------------------------------------------------------------
 

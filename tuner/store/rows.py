@@ -136,6 +136,8 @@ def _server_record(row: ServerModel) -> ServerRecord:
         create_time=row.create_time,
         log_path=row.log_path,
         started_at=row.started_at,
+        owner_pid=row.owner_pid,
+        owner_create_time=row.owner_create_time,
     )
 
 

@@ -9,9 +9,9 @@ a configuration's identity) are `tuner.search.rules`'; the trials table's shared
 
 `source` reads the store, `labels` names columns and cells, `studies` summarizes studies,
 `trials` tables trials, `points` draws measured points and Pareto fronts, `cards` builds the best
-card and a trial's page, `importance` asks Optuna, `predictions` sets predictions beside
-measurements. Every public name is re-exported here: `from tuner.report import dashboard_data as
-dd` then `dd.trials_frame(...)`.
+card and a trial's page, `logs` reads a trial's server log (from its run directory only),
+`importance` asks Optuna, `predictions` sets predictions beside measurements. Every public name is
+re-exported here: `from tuner.report import dashboard_data as dd` then `dd.trials_frame(...)`.
 """
 
 from tuner.report.dashboard_data.cards import (
@@ -25,7 +25,6 @@ from tuner.report.dashboard_data.cards import (
     failure_groups,
     launch_view,
     levels_frame,
-    log_tail,
 )
 from tuner.report.dashboard_data.importance import Importance, param_importances
 from tuner.report.dashboard_data.labels import (
@@ -38,6 +37,7 @@ from tuner.report.dashboard_data.labels import (
     param_label,
     param_value,
 )
+from tuner.report.dashboard_data.logs import log_tail, run_dirs
 from tuner.report.dashboard_data.points import (
     POINT_COLUMNS,
     ParetoFront,
@@ -92,6 +92,7 @@ __all__ = [
     "load_predicted_vs_measured", "log_tail", "measured_points", "model_name", "open_store",
     "option_order", "overview_frame", "page_url", "param_columns", "param_importances",
     "param_label", "param_value", "parallelism", "pareto_front", "predicted_vs_measured",
-    "progress_frame", "read_studies", "read_study", "sla_text", "sla_user_floor", "sort_trials",
+    "progress_frame", "read_studies", "read_study", "run_dirs", "sla_text", "sla_user_floor",
+    "sort_trials",
     "sqlite_file", "storage_url", "summarize", "trials_frame", "with_retry",
 ]

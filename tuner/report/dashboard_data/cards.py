@@ -1,4 +1,4 @@
-"""What the best card and a trial's page show: figures, exports, failures, levels, launch, log."""
+"""What the best card and a trial's page show: figures, exports, failures, levels, launch."""
 
 from __future__ import annotations
 
@@ -20,11 +20,10 @@ from tuner.report.tables import measurements_frame
 from tuner.search import rules
 from tuner.spec.errors import BadInput
 from tuner.spec.space import describe
-from tuner.store import StudyRecord, TrialRecord, sqlite_file
+from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["LEVEL_COLUMNS", "BestCard", "FailureGroup", "LaunchView", "best_card",
-           "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame",
-           "log_tail"]
+           "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame"]
 
 
 @dataclass
@@ -168,33 +167,3 @@ def launch_view(trial: TrialRecord) -> LaunchView | None:
     return LaunchView(command=shlex.join(plan.get("argv", [])), env=dict(plan.get("env") or {}),
                       files=dict(plan.get("files") or {}),
                       where=f"{plan.get('host')}:{plan.get('port')}")
-
-
-def log_tail(trial: TrialRecord, url: str, *, lines: int = 80) -> tuple[str | None, str]:
-    """The end of the trial's server log and where it came from.
-
-    The log file when it is readable here (a relative path is tried from the current folder and
-    from the database's folder, where `tuner run` usually ran), else the tail the store kept.
-    """
-    tried = []
-    if trial.log_path:
-        path = Path(trial.log_path)
-        candidates = [path] if path.is_absolute() else [Path.cwd() / path]
-        db = sqlite_file(url)
-        if not path.is_absolute() and db is not None:
-            candidates.append(db.resolve().parent / path)
-        for c in candidates:
-            tried.append(str(c))
-            try:
-                text = c.read_text(errors="replace")
-            except OSError:
-                continue
-            return "\n".join(text.splitlines()[-lines:]), f"last {lines} lines of {c}"
-    if trial.log_tail:
-        where = f" (the log file is not readable here: {', '.join(tried)})" if tried else ""
-        return trial.log_tail, "tail kept in the database" + where
-    if tried:
-        return None, f"no log: {', '.join(tried)} is not readable here and none was stored"
-    if trial.launch_plan is None:
-        return None, "no server log: this trial never launched a server"
-    return None, "no server log was recorded for this trial"

@@ -1,0 +1,35 @@
+"""`tuner status` and `tuner best` name the same winner: one rule (`rules.winner`)."""
+
+from __future__ import annotations
+
+from tests.conftest import run_tuner
+from tests.report.test_export import LEVEL, add_trial, study_store
+from tuner.report.tables import studies_frame
+
+
+def test_status_shows_the_confirmed_winner_that_tuner_best_shows(tmp_path):
+    store = study_store(tmp_path)
+    add_trial(store, 0, {"max_batch_size": 4}, 900.0, True, gpus=1)   # fast once, then failed
+    add_trial(store, 1, {"max_batch_size": 16}, 800.0, True, gpus=1)  # confirmed
+    store.record_confirmation("s", 0, state="failed", objective=None, meets_sla=None,
+                              reason="crash")
+    store.record_confirmation("s", 1, state="confirmed", objective=790.0, meets_sla=True,
+                              reason=None, measurements=[LEVEL])
+
+    row = studies_frame([store.get_study("s")], store.trials).iloc[0]
+    assert (row["best trial"], row["best tok/s/GPU"]) == (1, 800.0)
+
+    status = run_tuner("status", cwd=tmp_path, timeout=60)
+    best = run_tuner("best", cwd=tmp_path, timeout=60)
+    assert status.returncode == best.returncode == 0, status.stderr + best.stderr
+    assert "best of study s: trial 1" in best.stdout and "800 output tok/s" in best.stdout
+    header, first = status.stdout.splitlines()[:2]
+    assert "best trial" in header and "best tok/s/GPU" in header
+    assert "800" in first and "900" not in first
+
+
+def test_status_shows_no_best_when_no_trial_met_the_sla(tmp_path):
+    store = study_store(tmp_path)
+    add_trial(store, 0, {"max_batch_size": 4}, 900.0, False, gpus=1)
+    row = studies_frame([store.get_study("s")], store.trials).iloc[0]
+    assert row["best trial"] is None and row["best tok/s/GPU"] is None
