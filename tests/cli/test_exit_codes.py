@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import TUNER, base_spec, call_tuner, wait_for, write_yaml
 from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
-from tuner.store import Store
+from tuner.store import Store, StoreError
 
 
 @pytest.mark.parametrize("stage, landscape, printed", [
@@ -37,7 +37,8 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
     proc = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        wait_for(lambda: printed in (tmp_path / "out.txt").read_text(), 60, stage)
+        wait_for(lambda: printed in (tmp_path / "out.txt").read_text()
+                 and trial_recorded(tmp_path / "tuner.db"), 60, stage)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
     finally:
@@ -48,6 +49,18 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
     with Store.open(f"sqlite:///{tmp_path / 'tuner.db'}", create=False) as store:
         (trial,) = store.trials("test-study")
         assert (trial.state, trial.failure_kind) == ("failed", "interrupted")
+
+
+def trial_recorded(db: Path) -> bool:
+    """Whether the study's trial is in tuner's table yet: the line printed before it is not
+    enough on a busy machine, where a signal can land between the two."""
+    if not db.exists():
+        return False
+    try:
+        with Store.open(f"sqlite:///{db}", create=False) as store:
+            return bool(store.trials("test-study"))
+    except StoreError:
+        return False
 
 
 def test_an_unexpected_error_in_a_trial_is_recorded_with_its_text_and_stops_the_study(

@@ -55,16 +55,33 @@ def _too_many_values(data: Any) -> bool:
 
 
 def validation_message(e: ValidationError, source: str) -> str:
-    """The first validation error as `source: field.path: message`."""
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    """The first validation error as `source: field.path: message`. Pydantic's names for the
+    branches of a union (`list[...]`, `int`) are left out of the path: a value that fits none of
+    the types a field takes is said so once, with the value."""
+    errors = e.errors()
+    err = errors[0]
+    loc = [str(p) for p in err["loc"] if not _union_branch(p)]
+    where = ".".join(loc) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field: remove it or check its spelling"
     elif err["type"] == "missing":
         msg = "required field is missing: add it"
-    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+    elif len(loc) < len(err["loc"]):
+        msg = f"{_short(err.get('input'))} is not a value this field takes"
+    places = {tuple(str(p) for p in x["loc"] if not _union_branch(p)) for x in errors}
+    more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
     return " ".join(f"{source}: {where}: {msg}{more}".split())
+
+
+def _union_branch(part: object) -> bool:
+    return isinstance(part, str) and ("[" in part or part in {"bool", "int", "float", "str",
+                                                              "list", "dict", "none"})
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def load_model(model: type[M], data: dict, source: str) -> M:
