@@ -43,6 +43,7 @@ def good_spec(folder: Path) -> dict:
     spec = base_spec(fake_model(folder / "model"), space="space.yaml",
                      budget={"n_trials": 2, "confirm_top_k": 0})
     spec["engine"]["executable"] = str(fake_vllm(folder / "bin"))
+    spec["model"]["shape"] = "gpt-oss-20b"  # what `tuner plan` models (the checkpoint is fake)
     return spec
 
 
@@ -217,6 +218,8 @@ def test_damaged_databases_end_in_success_or_one_documented_line(seed, command, 
         shutil.rmtree(folder, ignore_errors=True)
 
 
+scalars = st.one_of(WORDS, st.integers(-3, 2**40), st.floats(allow_nan=False), st.booleans(),
+                    st.none())
 # A generated space: some of vLLM's parameters, each with values that are mostly of its kind.
 GOOD = {"tensor_parallel_size": [1, 2], "data_parallel_size": [1, 2],
         "enable_expert_parallel": [False, True], "max_batch_size": [4, 16, 64],
@@ -229,8 +232,8 @@ spaces = st.fixed_dictionaries({
                            unique=True).flatmap(
         lambda names: st.fixed_dictionaries({
             n: st.fixed_dictionaries({"values": st.lists(
-                st.one_of(st.sampled_from(GOOD[n]), st.sampled_from(GOOD[n]), junk),
-                min_size=1, max_size=3)}) for n in names})),
+                st.one_of(st.sampled_from(GOOD[n]), scalars), min_size=1, max_size=3,
+                unique_by=repr)}) for n in names})),
 })
 
 
