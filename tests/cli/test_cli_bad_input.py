@@ -215,3 +215,16 @@ def test_a_read_only_database_is_one_line_and_left_alone(tmp_path):
                               "--storage", read_only)
     assert "readonly database" in line
     assert digest(d / "tuner.db") == before
+
+
+def test_requests_longer_than_the_models_context_are_refused_before_a_server(tmp_path):
+    d = fresh_study(tmp_path)
+    (d / "model" / "config.json").write_text(
+        '{"num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,'
+        ' "vocab_size": 512, "max_position_embeddings": 1024}')
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["workload"].update(input_len=1000, output_len=20, range_ratio=0.1)
+    write_yaml(d / "study.yaml", spec)
+    line = refused_in_process(d, "run", "study.yaml")
+    assert "a request needs up to 1,122 tokens and the model's context holds 1,024" in line
+    assert not (d / "tuner.db").exists()

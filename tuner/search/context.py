@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
-from tuner.measure.prompts import sweep_prompts
+from tuner.measure.prompts import longest, sweep_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, detect, owned_devices
 from tuner.serve.launcher import port_is_free
@@ -137,6 +137,18 @@ def check_prompts(spec: StudySpec, model_dir: Path, vocab_size: int) -> None:
                        "use prompt_source synthetic") from e
 
 
+def check_lengths(spec: StudySpec, shape: ModelShape) -> None:
+    """A request's prompt and output must fit the model's context, or every request of every
+    trial is refused by a server that took a minute to start."""
+    w = spec.workload
+    context = shape.max_position_embeddings
+    need = longest(w.input_len, w.range_ratio) + longest(w.output_len, w.range_ratio)
+    if isinstance(context, int) and need > context:
+        raise BadInput(f"workload.input_len + output_len: a request needs up to {need:,} tokens "
+                       f"and the model's context holds {context:,} (max_position_embeddings): "
+                       "lower input_len or output_len")
+
+
 def check_connections(spec: StudySpec) -> None:
     """Each request in flight holds a connection, a file of this process: a level beyond the
     process's open-file limit would be stored under a concurrency it never ran at."""
@@ -233,6 +245,7 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
         )
     model_dir = ensure_model(spec, say)
     shape = model_shape(spec, model_dir)
+    check_lengths(spec, shape)
     check_prompts(spec, model_dir, shape.vocab_size)
     settings = engine_settings(spec, executable, str(model_dir))
     store = store or open_store(url)  # last: a database is created only once all holds
