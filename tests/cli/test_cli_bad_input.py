@@ -228,3 +228,16 @@ def test_requests_longer_than_the_models_context_are_refused_before_a_server(tmp
     line = refused_in_process(d, "run", "study.yaml")
     assert "a request needs up to 1,122 tokens and the model's context holds 1,024" in line
     assert not (d / "tuner.db").exists()
+
+
+def test_confirming_a_study_that_is_not_there_creates_nothing_and_quotes_the_spec(tmp_path):
+    d = fresh_study(tmp_path)
+    (d / "study.yaml").rename(d / "my study.yaml")
+    line = refused_in_process(d, "confirm", "my study.yaml")
+    assert "no study database" in line and not (d / "tuner.db").exists()
+    assert call_tuner("run", "my study.yaml", "--create-only", "--study-name", "other",
+                      cwd=d).code == 0
+    before = digest(d / "tuner.db")
+    line = refused_in_process(d, "confirm", "my study.yaml")
+    assert "study test-study is not in" in line and "`tuner run 'my study.yaml'` first" in line
+    assert digest(d / "tuner.db") == before
