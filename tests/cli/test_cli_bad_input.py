@@ -241,3 +241,22 @@ def test_confirming_a_study_that_is_not_there_creates_nothing_and_quotes_the_spe
     line = refused_in_process(d, "confirm", "my study.yaml")
     assert "study test-study is not in" in line and "`tuner run 'my study.yaml'` first" in line
     assert digest(d / "tuner.db") == before
+
+
+@pytest.mark.parametrize("command", [("run", "study.yaml"), ("worker",),
+                                     ("confirm", "study.yaml")])
+def test_a_study_in_a_read_only_database_is_one_line_not_a_traceback(tmp_path, command):
+    """The study is there and the spec matches, so the first write is Optuna's (its
+    StorageInternalError) or SQLAlchemy's: the boundary in main() says it in one line."""
+    from tests.fake_engine import fake_vllm
+
+    d = fresh_study(tmp_path)
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["engine"]["executable"] = str(fake_vllm(d / "bin"))
+    write_yaml(d / "study.yaml", spec)
+    assert call_tuner("run", "study.yaml", "--create-only", cwd=d).code == 0
+    before = digest(d / "tuner.db")
+    line = refused_in_process(d, *command, "--storage",
+                              "sqlite:///file:tuner.db?mode=ro&uri=true")
+    assert "the study database cannot be used as given (attempt to write a readonly" in line
+    assert digest(d / "tuner.db") == before
