@@ -2,14 +2,20 @@
 
     .venv/bin/python bench/loadgen_capacity.py
 
+The target: keep up with a B200 node's token rate, taken as 200,000 streamed chunks per second.
 The client (`tuner.measure.loadgen.run_sweep`, the product path) streams from the tests' fake
-`/v1/completions` server with zero delays, the server in a separate process so the two do not
-share an event loop. At each concurrency it reports the chunks and tokens per second sustained and
-the client's own CPU time per 1000 chunks. The server here is plain Python too, so at zero delay it
-is usually the side that saturates; `client CPU ms / 1k chunks` is the client's real cost, and
-`client ceiling` (chunks per CPU-second) what one core of client could do. The real vLLM server on
-this box streams about 3-9k tok/s, so the client is not the bottleneck while the ceiling is well
-above that.
+`/v1/completions` server, in a separate process so the two share no event loop. The server sends
+vLLM-shaped completion chunks, one per token, then the usage chunk and `[DONE]`, from pre-rendered
+bytes, `--chunks-per-write` events per write, so that on a small machine it leaves the CPU to the
+client (at 1 it writes every token alone, as a real server's decode steps do).
+
+Per level: `chunks/s` is the product's own throughput figure (tokens completed inside the level's
+window over its length; one chunk per token here); `client CPU use` is the client's CPU seconds
+per wall second and `client CPU ms / 1k chunks` its cost, both from the level's own record
+(`LevelRun.client_cpu_s`, warm-up and the requests cut off at the end included, so the cost is
+if anything overstated), and `client ceiling` the chunks one saturated core of client would
+sustain. On a machine shared with the server (and with other work), `chunks/s` is bounded by the
+CPU the client gets; the ceiling is what it would do with a core of its own.
 """
 
 from __future__ import annotations
@@ -28,23 +34,27 @@ from fake_openai_server import Script, serve_in_process  # noqa: E402
 from tuner.measure.loadgen import run_sweep  # noqa: E402
 from tuner.measure.prompts import synthetic_token_prompts  # noqa: E402
 
+TARGET_CHUNKS_S = 200_000
+
 
 def _measure(url: str, prompts: list[list[int]], concurrency: int, requests: int,
              output_len: int, server: psutil.Process) -> dict:
-    cpu0, server_cpu0, t0 = time.process_time(), _cpu(server), time.perf_counter()
-    runs = run_sweep(url, "fake", prompts, [concurrency], requests_per_level=requests,
-                     output_len=output_len, warmup_requests=0, request_timeout_s=120)
-    wall = time.perf_counter() - t0
-    cpu, server_cpu = time.process_time() - cpu0, _cpu(server) - server_cpu0
-    results = runs[0].results
-    failed = [r for r in results if not r.ok]
+    server_cpu0, t0 = _cpu(server), time.perf_counter()
+    (run,) = run_sweep(url, "fake", prompts, [concurrency], requests_per_level=requests,
+                       output_len=output_len, warmup_requests=concurrency,
+                       request_timeout_s=120)
+    server_util = (_cpu(server) - server_cpu0) / (time.perf_counter() - t0)
+    failed = [r for r in run.results if not r.ok]
     if failed:
         raise SystemExit(f"{len(failed)} requests failed, e.g. {failed[0].error}")
-    chunks = sum(len(r.itl_s) + 1 for r in results)
-    tokens = sum(r.output_tokens for r in results)
-    return {"concurrency": concurrency, "requests": requests, "chunks": chunks, "wall": wall,
-            "chunks_s": chunks / wall, "tok_s": tokens / wall, "cpu_ms_1k": 1e6 * cpu / chunks,
-            "ceiling": chunks / cpu, "client_util": cpu / wall, "server_util": server_cpu / wall}
+    (window,) = run.rounds
+    # Chunks the client took in over the level: every completed request's, warm-up included
+    # (one per token); those cut off at the end are left out, so CPU per chunk errs high.
+    chunks = (concurrency + requests) * output_len
+    return {"concurrency": concurrency, "requests": requests, "wall": run.client_wall_s,
+            "chunks_s": window.output_tok_s, "cpu_ms_1k": 1e6 * run.client_cpu_s / chunks,
+            "ceiling": chunks / run.client_cpu_s, "client_util": run.client_cpu_use,
+            "server_util": server_util}
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -54,19 +64,25 @@ def _cpu(proc: psutil.Process) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--levels", type=int, nargs="+", default=[16, 64, 256])
+    # The GPU examples' reply length (examples/gpt-oss-120b.yaml).
+    parser.add_argument("--output-len", type=int, default=1024)
     parser.add_argument("--input-len", type=int, default=128)
-    parser.add_argument("--min-requests", type=int, default=40)
+    parser.add_argument("--requests-per-concurrency", type=int, default=4)
+    parser.add_argument("--min-requests", type=int, default=256)
     # Zero: the server writes as fast as it can and chunks coalesce into large reads. A small gap
-    # paces one chunk per read, as a real server's decode steps do: more wake-ups per chunk.
+    # paces the writes, as a real server's decode steps do: more wake-ups per chunk.
     parser.add_argument("--itl-ms", type=float, default=0.0)
+    parser.add_argument("--chunks-per-write", type=int, default=16)
     args = parser.parse_args()
 
-    with serve_in_process(Script(itl_s=args.itl_ms / 1000)) as (url, pid):
+    script = Script(itl_s=args.itl_ms / 1000, chunks_per_write=args.chunks_per_write)
+    with serve_in_process(script) as (url, pid):
         server = psutil.Process(pid)
-        requests = [max(args.min_requests, 4 * c) for c in args.levels]
-        prompts = synthetic_token_prompts(max(requests), args.input_len, 32000, seed=0)
+        requests = [max(args.min_requests, args.requests_per_concurrency * c)
+                    for c in args.levels]
+        prompts = synthetic_token_prompts(sum(requests) + 2 * sum(args.levels), args.input_len,
+                                          32000, seed=0)
         run_sweep(url, "fake", prompts, [8], 16, args.output_len, 0, 60)  # warm both sides up
         rows = [_measure(url, prompts, c, n, args.output_len, server)
                 for c, n in zip(args.levels, requests, strict=True)]
@@ -74,18 +90,22 @@ def main() -> None:
 
 
 def _print(rows: list[dict], args: argparse.Namespace) -> None:
-    pace = f"{args.itl_ms:g} ms between chunks" if args.itl_ms else "zero delays"
-    print(f"fake server, {pace}, {args.output_len} tokens per request, one chunk per token, "
-          f"{args.input_len}-token prompts; {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print("| concurrency | requests | chunks | wall s | chunks/s | tok/s "
-          "| client CPU ms / 1k chunks | client ceiling chunks/CPU-s | client CPU use "
-          "| server CPU use |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    pace = f"{args.itl_ms:g} ms between writes" if args.itl_ms else "zero delays"
+    print(f"fake server, {pace}, {args.chunks_per_write} chunks per write, {args.output_len} "
+          f"tokens per request, one chunk per token, {args.input_len}-token prompts; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print("| concurrency | requests | wall s | chunks/s | client CPU use "
+          "| client CPU ms / 1k chunks | client ceiling chunks/CPU-s | server CPU use |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['concurrency']} | {r['requests']} | {r['chunks']} | {r['wall']:.2f} "
-              f"| {r['chunks_s']:,.0f} | {r['tok_s']:,.0f} | {r['cpu_ms_1k']:.1f} "
-              f"| {r['ceiling']:,.0f} | {r['client_util']:.0%} | {r['server_util']:.0%} |")
+        print(f"| {r['concurrency']} | {r['requests']} | {r['wall']:.2f} "
+              f"| {r['chunks_s']:,.0f} | {r['client_util']:.0%} | {r['cpu_ms_1k']:.2f} "
+              f"| {r['ceiling']:,.0f} | {r['server_util']:.0%} |")
+    best = max(rows, key=lambda r: r["chunks_s"])
+    verdict = "reached" if best["chunks_s"] >= TARGET_CHUNKS_S else "NOT reached"
+    print(f"target {TARGET_CHUNKS_S:,} chunks/s {verdict}: best {best['chunks_s']:,.0f} chunks/s "
+          f"at c={best['concurrency']}, client CPU use {best['client_util']:.0%} "
+          f"({best['cpu_ms_1k']:.2f} ms CPU / 1k chunks)")
 
 
 if __name__ == "__main__":

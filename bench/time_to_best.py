@@ -20,6 +20,13 @@ each taking the time it took (`grid, any order`: what a grid's order is worth on
 the whole grid, which is what a grid needs to know it has the best. The ratios are TPE's time
 over each. The studies' database is kept, and `--from URL` prints the table again from it.
 
+A TPE study reaches the best two ways, both printed: `measured` when a trial of its own meets
+the SLA within that interval, `found` when it launches a configuration the grid measured within
+it (the grid's verdict on each configuration is the reference, as in tabular benchmarks of
+hyperparameter search). On 2 shared cores one configuration can measure 2x apart on two servers,
+so `measured` also races the servers' noise; `found` is the search's own speed. The race runs
+until both have happened (or the space is exhausted).
+
 Not measured: a warm-started TPE. The performance model that warm-starts a study has datasheet
 figures for GPU types only, so on this machine there is no model to warm-start from.
 """
@@ -32,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -42,6 +50,7 @@ from tuner.search.context import StudyContext, prepare  # noqa: E402
 from tuner.search.loop import run_study  # noqa: E402
 from tuner.search.rules import (  # noqa: E402
     best_level,
+    config_key,
     counts_toward_budget,
     interval,
     met_sla,
@@ -85,13 +94,27 @@ def within(trial: TrialRecord, floor: float) -> bool:
     return met_sla(trial) and trial.objective >= floor
 
 
-def time_to(trials: list[TrialRecord], floor: float) -> tuple[float | None, int]:
-    """Wall seconds from the first start to the end of the first trial within `floor`, and the
-    servers launched until then (all of them when none got there)."""
+Reached = Callable[[TrialRecord], bool]
+
+
+def time_to(trials: list[TrialRecord], reached: Reached) -> tuple[float | None, int]:
+    """Wall seconds from the first start to the end of the first trial that reached the best,
+    and the servers launched until then (all of them when none got there)."""
     for i, t in enumerate(trials):
-        if within(t, floor):
+        if reached(t):
             return (t.finished_at - trials[0].started_at).total_seconds(), i + 1
     return None, len(trials)
+
+
+def measured(floor: float) -> Reached:
+    """A trial of the study's own that met the SLA within the grid best's interval."""
+    return lambda t: within(t, floor)
+
+
+def found(grid_trials: list[TrialRecord], floor: float) -> Reached:
+    """A trial of a configuration the grid measured within its best's interval."""
+    good = {config_key(t.params) for t in grid_trials if within(t, floor)}
+    return lambda t: config_key(t.params) in good
 
 
 def in_any_order(trials: list[TrialRecord], floor: float, draws: int = 20_000
@@ -124,13 +147,14 @@ def grid_best(store: Store, name: str) -> tuple[TrialRecord, float]:
     return best, interval(level)[0]
 
 
-def race(ctx: StudyContext, floor: float) -> None:
-    """Run the study until its first trial within `floor` (the loop is stopped then)."""
+def race(ctx: StudyContext, goals: list[Reached]) -> None:
+    """Run the study until each goal has been reached by a trial (the loop is stopped then)."""
     done, reached = threading.Event(), threading.Event()
 
     def watch() -> None:
         while not done.wait(2.0):
-            if any(within(t, floor) for t in launched(ctx.store, ctx.name)):
+            trials = launched(ctx.store, ctx.name)
+            if all(any(goal(t) for t in trials) for goal in goals):
                 reached.set()
                 ctx.stop.set()
                 return
@@ -158,11 +182,12 @@ def run(seeds: int, folder: Path | None = None) -> str:
     if not again:
         run_study(grid, CONFIGS)
     _, floor = grid_best(grid.store, "grid")
+    goals = [measured(floor), found(launched(grid.store, "grid"), floor)]
     taken = {s.name for s in grid.store.list_studies()}
     for seed in range(seeds):
         name = next(f"tpe-{seed}" + (f"-{k}" if k else "") for k in range(100)
                     if f"tpe-{seed}" + (f"-{k}" if k else "") not in taken)
-        race(context(folder, name, "tpe", seed), floor)
+        race(context(folder, name, "tpe", seed), goals)
     return grid.storage_url
 
 
@@ -171,36 +196,40 @@ def report(url: str) -> None:
     best, floor = grid_best(store, "grid")
     grid_trials = launched(store, "grid")
     grid_total = (grid_trials[-1].finished_at - grid_trials[0].started_at).total_seconds()
-    grid_s, grid_n = time_to(grid_trials, floor)
+    grid_s, grid_n = time_to(grid_trials, measured(floor))
     any_s, any_n = in_any_order(grid_trials, floor)
     rows = [("grid", grid_s, grid_n), ("grid, any order", any_s, any_n)]
+    goals = {"measured": measured(floor), "found": found(grid_trials, floor)}
     for study in sorted(s.name for s in store.list_studies() if s.name.startswith("tpe-")):
         if any(t.state == "running" for t in store.trials(study)):
             print(f"{study}: left out, its race was cut short (a trial still running)")
             continue
-        rows.append((f"tpe seed {study[4:]}", *time_to(launched(store, study), floor)))
+        for how, goal in goals.items():
+            rows.append((f"tpe {study[4:]} {how}", *time_to(launched(store, study), goal)))
     print(f"\ngrid best: {best.objective:,.0f} tok/s/GPU, trial {best.number} "
           f"({describe(best.params)}); within its interval: >= {floor:,.0f}; the whole grid "
           f"took {grid_total:,.0f} s for {len(grid_trials)} launches\n")
-    print(f"{'study':<16} {'time to best (s)':>17} {'launches':>9} {'/ grid':>7} "
+    print(f"{'study':<20} {'time to best (s)':>17} {'launches':>9} {'/ grid':>7} "
           f"{'/ any order':>12} {'/ whole grid':>13}")
-    ratios: dict[str, list[float]] = {"grid": [], "any": [], "whole": []}
+    ratios: dict[str, dict[str, list[float]]] = {how: {"grid": [], "any": [], "whole": []}
+                                                 for how in goals}
     for name, seconds, n in rows:
         if seconds is None:
-            print(f"{name:<16} {'not reached':>17} {n:>9}")
+            print(f"{name:<20} {'not reached':>17} {n:>9}")
             continue
         cells = {"grid": seconds / grid_s, "any": seconds / any_s, "whole": seconds / grid_total}
         if name.startswith("tpe"):
             for k, v in cells.items():
-                ratios[k].append(v)
-        print(f"{name:<16} {seconds:>17,.0f} {n:>9,.1f} {cells['grid']:>7.2f} "
+                ratios[name.rsplit(" ", 1)[1]][k].append(v)
+        print(f"{name:<20} {seconds:>17,.0f} {n:>9,.1f} {cells['grid']:>7.2f} "
               f"{cells['any']:>12.2f} {cells['whole']:>13.2f}")
-    if ratios["grid"]:
-        print(f"\nratio of TPE's time to the grid's best (median of {len(ratios['grid'])} "
-              f"seeds) over the grid's: {statistics.median(ratios['grid']):.2f} against its "
-              f"seeded order, {statistics.median(ratios['any']):.2f} against any order, "
-              f"{statistics.median(ratios['whole']):.2f} against the whole grid (what a grid "
-              "needs to know its best)")
+    for how, r in ratios.items():
+        if r["grid"]:
+            print(f"\nratio of TPE's time to the grid's best ({how}; median of "
+                  f"{len(r['grid'])} seeds) over the grid's: {statistics.median(r['grid']):.2f} "
+                  f"against its seeded order, {statistics.median(r['any']):.2f} against any "
+                  f"order, {statistics.median(r['whole']):.2f} against the whole grid (what a "
+                  "grid needs to know its best)")
     store.close()
 
 

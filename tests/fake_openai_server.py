@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import multiprocessing
 import random
 import threading
@@ -40,12 +41,21 @@ class Script:
     # A load model: each request's gap between tokens grows by this for every request in flight
     # when it arrives (itself included), so per-user speed falls as concurrency rises.
     itl_per_in_flight_s: float = 0.0
+    # Events per network write: 1 is one write per token, as a server's decode steps send them;
+    # more coalesce a run of tokens into one write (each at its own deadline, written at the
+    # last one's), which keeps the server's cost per token small in the capacity bench.
+    chunks_per_write: int = 1
+
+
+# vLLM's request ids and timestamps, so an event is as long as the real server's.
+_ID = "cmpl-" + "0123456789abcdef" * 2
+_CREATED = 1764633600
 
 
 def _chunk(text: str, finish: str | None) -> bytes:
     # The shape vLLM streams, so parsing costs what it costs against the real server.
     event = {
-        "id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake",
+        "id": _ID, "object": "text_completion", "created": _CREATED, "model": "fake",
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
                      "stop_reason": None}],
         "usage": None,
@@ -55,7 +65,8 @@ def _chunk(text: str, finish: str | None) -> bytes:
 
 def _chat_chunk(delta: dict, finish: str | None) -> bytes:
     event = {
-        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake",
+        "id": "chat" + _ID, "object": "chat.completion.chunk", "created": _CREATED,
+        "model": "fake",
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(event).encode() + b"\n\n"
@@ -75,7 +86,7 @@ _ERROR = b'data: {"error": {"object": "error", "message": "engine died", "code":
 def _usage(prompt_tokens: int, completion_tokens: int) -> bytes:
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
              "total_tokens": prompt_tokens + completion_tokens}
-    event = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": "fake",
+    event = {"id": _ID, "object": "text_completion", "created": _CREATED, "model": "fake",
              "choices": [], "usage": usage}
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
@@ -136,22 +147,33 @@ class FakeOpenAIServer:
         await resp.prepare(request)  # headers go out at once, as vLLM's do: TTFT is not this
         limit = body.get("max_completion_tokens") if chat else body["max_tokens"]
         n = limit if script.tokens is None else script.tokens
-        for k in range(n):
+        out: list[bytes] = []  # events not yet written
+
+        async def flush(k: int) -> None:
+            # Written at token k's deadline, the last of the events held back.
             await asyncio.sleep(max(0.0, t0 + ttft_s + k * itl_s - loop.time()))
+            await self._write(resp, b"".join(out), script)
+            out.clear()
+
+        k = 0
+        for k in range(n):
             if chat and k == 0:
-                await self._write(resp, _ROLE, script)
+                out.append(_ROLE)
             if k == n // 2 and script.fail == "close_mid_stream":
                 request.transport.close()
                 return resp
             if k == n // 2 and script.fail == "error_event":
-                await resp.write(_ERROR)
+                out.append(_ERROR)
                 break
             empty = script.empty_every and k % script.empty_every == script.empty_every - 1
             event = _LAST if k == n - 1 else _EMPTY if empty else _TOKEN
-            await self._write(resp, _CHAT[event] if chat else event, script)
+            out.append(_CHAT[event] if chat else event)
+            if len(out) >= script.chunks_per_write:
+                await flush(k)
         if script.fail != "no_usage":
-            await self._write(resp, _usage(_prompt_tokens(body), n), script)
-        await resp.write(_DONE)
+            out.append(_usage(_prompt_tokens(body), n))
+        out.append(_DONE)
+        await flush(k)
         await resp.write_eof()
         return resp
 
@@ -194,6 +216,10 @@ def serve_in_thread(server: FakeOpenAIServer) -> Iterator[str]:
 
 
 def _serve_forever(script: Script, conn) -> None:
+    # A load generator cancels its requests in flight when a level ends: writes to their closed
+    # connections fail, which is no news here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+
     async def main() -> None:
         _runner, port = await start(FakeOpenAIServer(script))
         conn.send(port)

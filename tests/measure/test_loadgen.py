@@ -15,7 +15,13 @@ import aiohttp
 import pytest
 from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
 
-from tuner.measure.client import Prompt, measure_stream, request_body
+from tuner.measure.client import (
+    Prompt,
+    fewer_collections,
+    measure_reads,
+    measure_stream,
+    request_body,
+)
 from tuner.measure.loadgen import LevelRun, Repeats, poisson_gaps, run_level, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import synthetic_token_prompts
@@ -78,6 +84,42 @@ def test_an_incomplete_or_failed_stream_is_a_failed_result(events, error):
     assert not r.ok
     assert r.error == error
     assert r.latency_s is not None and r.latency_s > 0
+
+
+def measure_batches(batches: list[list[dict]], times: list[float], start: float = 10.0):
+    """Time a replayed stream read by read; the clock returns `times` in order: one per read,
+    then the end."""
+    async def replay_reads():
+        for batch in batches:
+            yield batch
+
+    return asyncio.run(measure_reads(replay_reads(), start, iter(times).__next__))
+
+
+def test_events_that_arrive_in_one_read_share_its_time():
+    # Read 1: the first two tokens; read 2: one token; read 3: two tokens and the usage.
+    batches = [[choice(" a"), choice(" b")], [choice("")], [choice(" c"), choice(" d"),
+                                                           usage(7, 5)]]
+    r = measure_batches(batches, [10.5, 10.75, 11.0, 11.25])
+    assert r.ok and r.ttft_s == 0.5
+    assert r.itl_s == [0.0, 0.25, 0.25, 0.0]  # a gap per token after the first, 0 within a read
+    assert r.latency_s == 1.25 and (r.prompt_tokens, r.output_tokens) == (7, 5)
+
+
+def test_an_error_event_fails_the_request_at_the_read_that_brought_it():
+    batches = [[choice(" a")], [choice(" b"), {"error": {"message": "engine died"}}]]
+    r = measure_batches(batches, [10.1, 10.4, 11.0])
+    assert not r.ok and r.error == "server error event: engine died"
+    assert r.latency_s == pytest.approx(0.4)
+
+
+def test_usage_on_every_chunk_keeps_the_last_counts():
+    # vLLM's continuous_usage_stats puts usage on each chunk; the final one is the total.
+    batches = [[{**choice(" a"), "usage": {"prompt_tokens": 3, "completion_tokens": 1}},
+                {**choice(" b"), "usage": {"prompt_tokens": 3, "completion_tokens": 2}}],
+               [usage(3, 2)]]
+    r = measure_batches(batches, [10.1, 10.2, 10.3])
+    assert r.ok and (r.prompt_tokens, r.output_tokens) == (3, 2) and r.itl_s == [0.0]
 
 
 # against a scripted server on 127.0.0.1
@@ -465,3 +507,56 @@ def test_spread_output_lengths_reach_the_request_body():
                              Prompt(tokens=[3], output_len=7)], [1], 2, 5, 0, 10)
     assert [b["max_tokens"] for b in server.bodies[:2]] == [3, 7]
     assert [b["prompt"] for b in server.bodies[:2]] == [[1, 2], [3]]
+
+
+# the client's own cost
+
+
+@pytest.mark.parametrize("chunks_per_write", [1, 7, 64])
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_chunks_coalesced_into_large_writes_are_each_counted_once(chunks_per_write, api):
+    # 7 does not divide 20: the last write carries a partial group with the usage and [DONE].
+    server = FakeOpenAIServer(Script(chunks_per_write=chunks_per_write, empty_every=3))
+    prompts = [Prompt(text="hello there", tokens=[1, 2]) for _ in range(8)]
+    with serve_in_thread(server) as url:
+        (run,) = run_sweep(url, "m", prompts, [3], requests_per_level=6, output_len=20,
+                           warmup_requests=0, request_timeout_s=30, api=api)
+    assert run.results and all(r.ok for r in run.results)
+    assert all(len(r.itl_s) == 19 and r.output_tokens == 20 for r in run.results)
+
+
+def test_each_level_records_the_clients_own_cpu_time_within_its_wall_time():
+    server = FakeOpenAIServer(Script(itl_s=0.001))
+    with serve_in_thread(server) as url:
+        runs = run_sweep(url, "m", PROMPTS, [1, 4], requests_per_level=8, output_len=8,
+                         warmup_requests=2, request_timeout_s=30)
+    for run in runs:
+        # One thread's CPU time cannot run ahead of the wall clock.
+        assert 0 < run.client_cpu_s <= run.client_wall_s
+        assert run.client_cpu_use == run.client_cpu_s / run.client_wall_s
+        assert run.client_wall_s >= run.duration_s
+
+
+def test_sweeps_collect_garbage_less_often_and_the_last_to_end_restores_the_setting():
+    import gc
+    import threading
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    inside, leave = threading.Event(), threading.Event()
+
+    def other_sweep() -> None:
+        with fewer_collections():
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=other_sweep)
+    thread.start()
+    inside.wait(10)
+    with fewer_collections():
+        seen.append(gc.get_threshold())
+    seen.append(gc.get_threshold())  # the other sweep still runs: still raised
+    leave.set()
+    thread.join(10)
+    assert seen[0][0] > before[0] and seen[1] == seen[0]
+    assert gc.get_threshold() == before

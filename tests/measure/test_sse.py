@@ -5,9 +5,19 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tuner.measure.sse import error_of, has_choice, iter_sse_events, usage_of
+from tuner.measure.sse import (
+    SSEParser,
+    error_of,
+    has_choice,
+    iter_sse_events,
+    iter_sse_reads,
+    usage_of,
+)
 
 
 async def _pieces(pieces: list[bytes]):
@@ -186,3 +196,105 @@ def test_error_events_give_their_message():
     assert error_of({"error": {"object": "error", "message": "engine died"}}) == "engine died"
     assert error_of({"error": "plain text"}) == "plain text"
     assert error_of({"choices": [{"text": "a"}]}) is None
+
+
+# Parsing a read as a whole: the fast path (every event one `data: ` line) and the line-by-line
+# path must give the same events, wherever the network cuts the bytes.
+
+
+def vllm_chunk(text: str, finish: str | None = None) -> dict:
+    return {"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1764633600,
+            "model": "m", "choices": [{"index": 0, "text": text, "logprobs": None,
+                                       "finish_reason": finish, "stop_reason": None}],
+            "usage": None}
+
+
+VLLM_EVENTS = [
+    vllm_chunk(" The"), vllm_chunk(""), vllm_chunk(" caf\u00e9"), vllm_chunk(" [DONE]"),
+    vllm_chunk(".", "length"),
+    {"id": "cmpl-0123456789abcdef", "object": "text_completion", "created": 1764633600,
+     "model": "m", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 5,
+                                            "total_tokens": 10}},
+]
+VLLM_STREAM = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in VLLM_EVENTS) + (
+    b"data: [DONE]\n\n")
+
+
+def reads(pieces: list[bytes]) -> list[list[dict]]:
+    async def collect():
+        return [events async for events in iter_sse_reads(_pieces(pieces))]
+
+    return asyncio.run(collect())
+
+
+def test_a_whole_vllm_stream_in_one_read_is_its_events_in_one_batch_up_to_done():
+    # Token chunks, one whose text says [DONE] (a token, not the end), the usage chunk, [DONE].
+    assert reads([VLLM_STREAM + b'data: {"after": "done"}\n\n']) == [VLLM_EVENTS]
+
+
+def test_a_vllm_stream_cut_in_two_at_any_byte_gives_each_piece_the_events_it_completed():
+    n = len(VLLM_EVENTS)
+    for at in range(1, len(VLLM_STREAM)):
+        k = min(VLLM_STREAM[:at].count(b"\n\n"), n)  # events complete in the first piece
+        expected = [VLLM_EVENTS[:k]] * (k > 0) + [VLLM_EVENTS[k:]] * (k < n)
+        assert reads([VLLM_STREAM[:at], VLLM_STREAM[at:]]) == expected, f"cut at byte {at}"
+
+
+def test_each_read_hands_over_the_events_it_completed():
+    events = [vllm_chunk(f" t{i}") for i in range(5)]
+    raw = [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
+    # Two events and half of the third; the rest of the third and the fourth; the fifth, [DONE].
+    half = len(raw[2]) // 2
+    pieces = [raw[0] + raw[1] + raw[2][:half], raw[2][half:] + raw[3],
+              raw[4] + b"data: [DONE]\n\n"]
+    assert reads(pieces) == [events[:2], events[2:4], events[4:]]
+
+
+def test_a_read_that_completes_no_event_hands_over_nothing():
+    parser = SSEParser()
+    assert parser.feed(b'data: {"choices": [') == []
+    assert parser.feed(b"]}\n") == []
+    assert parser.feed(b"\n") == [{"choices": []}]
+
+
+def test_after_done_the_parser_takes_nothing_more():
+    parser = SSEParser()
+    assert parser.feed(b'data: {"n": 1}\n\ndata: [DONE]\n\ndata: {"n": 2}\n\n') == [{"n": 1}]
+    assert parser.done
+    assert parser.feed(b'data: {"n": 3}\n\n') == []
+
+
+def test_an_error_event_in_a_batch_is_an_event_like_any_other():
+    stream = (b"data: " + orjson.dumps(vllm_chunk(" a")) + b"\n\n"
+              b'data: {"error": {"object": "error", "message": "engine died", "code": 500}}\n\n')
+    (batch,) = reads([stream])
+    assert [error_of(e) for e in batch] == [None, "engine died"]
+
+
+@pytest.mark.parametrize("stream", [
+    b'data: {"n": 1}, {"n": 2}\n\n',  # two objects in one event: not two events
+    b'data: {"n": 1}\n\ndata: [1]\n\n',  # one good event, then one that is no object
+    b'data: {"n": 1}\n\ndata: {"n": \n\n',  # one good event, then broken JSON
+])
+def test_a_bad_event_among_good_ones_is_a_value_error(stream):
+    with pytest.raises(ValueError):
+        SSEParser().feed(stream)
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@given(
+    texts=st.lists(_TEXT, max_size=8),
+    crlf=st.booleans(),
+    comments=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+)
+def test_any_stream_cut_anywhere_gives_the_events_that_were_sent(texts, crlf, comments, cuts):
+    events = [vllm_chunk(t) for t in texts]
+    end = b"\r\n" if crlf else b"\n"
+    stream = b"".join((b": ping" + end + end if comments else b"")
+                      + b"data: " + orjson.dumps(e) + end + end for e in events)
+    stream += b"data: [DONE]" + end + end
+    pieces = cut(stream, tuple(sorted({c % (len(stream) + 1) for c in cuts})))
+    assert [e for batch in reads(pieces) for e in batch] == events

@@ -31,8 +31,8 @@ from tuner.store import Store
 from tuner.store.records import LevelMeasurement
 
 EXAMPLE = REPO / "examples" / "gpt-oss-120b.yaml"
-# A small gpt-oss-120b space: TP1 at memory fraction 0.5 cannot hold its 65 GB of weights on an
-# 80 GB H100; the rest fits.
+# A small gpt-oss-120b space: TP1 at memory fraction 0.4 cannot hold its 65 GB of weights on a
+# 141 GB H200; the rest fits. (On an H100 vLLM's recipe rules TP1 below 0.95 out first.)
 SMALL_SPACE = {
     "name": "small",
     "model": "gpt-oss-120b",
@@ -42,12 +42,12 @@ SMALL_SPACE = {
         "moe_backend": {"values": ["triton", "flashinfer_trtllm"]},
         "max_batch_size": {"values": [16, 256]},
         "kv_cache_dtype": {"values": ["auto", "fp8"]},
-        "gpu_memory_fraction": {"values": [0.5, 0.9]},
+        "gpu_memory_fraction": {"values": [0.4, 0.9]},
     },
 }
 
 
-def small_spec(tmp_path: Path, gpu: str = "H100-SXM") -> Path:
+def small_spec(tmp_path: Path, gpu: str = "H200") -> Path:
     write_yaml(tmp_path / "space.yaml", SMALL_SPACE)
     spec = yaml.safe_load(EXAMPLE.read_text())
     spec.update(search_space="space.yaml", hardware={"gpu_type": gpu, "devices": 8},
@@ -74,19 +74,19 @@ def test_a_plan_covers_every_configuration_with_a_rule_or_a_prediction(tmp_path:
     assert plan.prediction.tok_s_per_gpu.shape == (len(plan.modeled), 4)
 
 
-def test_tp1_at_half_memory_on_h100_cannot_fit_and_says_why(tmp_path: Path):
+def test_tp1_at_a_low_memory_fraction_cannot_fit_and_says_why(tmp_path: Path):
     plan = plan_of(small_spec(tmp_path))
     reasons = {config_key(plan.params(m)): plan.memory_reason(m)
                for m in range(len(plan.modeled))}
     for key, reason in reasons.items():
         config = dict(eval(key))  # noqa: S307  (our own repr of sorted items)
-        if config["tensor_parallel_size"] == 1 and config["gpu_memory_fraction"] == 0.5:
+        if config["tensor_parallel_size"] == 1 and config["gpu_memory_fraction"] == 0.4:
             assert reason.startswith("weights 65.2 GB")
-            assert "exceed the memory fraction 0.5 of 80 GB" in reason
+            assert "exceed the memory fraction 0.4 of 141 GB" in reason
         else:
             assert reason is None, config
     check = plan.fit_check()
-    assert "exceed" in check({**plan.params(0), "gpu_memory_fraction": 0.5})
+    assert "exceed" in check({**plan.params(0), "gpu_memory_fraction": 0.4})
     assert check({**plan.params(0), "gpu_memory_fraction": 0.9}) is None
 
 
@@ -132,7 +132,7 @@ def test_export_writes_every_configuration_and_level(tmp_path: Path, suffix: str
     assert n == rule_rows + 4 * len(plan.modeled)
     if suffix == ".json":
         doc = json.loads(path.read_text())
-        assert doc["source"] == "perfmodel" and doc["gpu_type"] == "H100-SXM"
+        assert doc["source"] == "perfmodel" and doc["gpu_type"] == "H200"
         rows = doc["rows"]
     else:
         with open(path) as fh:
@@ -156,7 +156,7 @@ def test_plan_on_h100_marks_what_cannot_fit_and_prints_front_and_candidates(tmp_
                      str(tmp_path / "plan.csv"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "15,360 configurations: 6,240 break an engine rule" in out
+    assert "46,080 configurations: 23,520 break an engine rule" in out
     assert "at c=256" in out and "do not fit, e.g. tp=1 dp=1" in out
     assert "KV cache for" in out and "of 80 GB" in out
     assert "predicted Pareto front" in out and "top 10 candidates" in out
@@ -165,6 +165,22 @@ def test_plan_on_h100_marks_what_cannot_fit_and_prints_front_and_candidates(tmp_
     unfit = [r for r in rows if r["fits"] == "False" and r["concurrency"] == "256"
              and r["tensor_parallel_size"] == "1" and r["data_parallel_size"] == "1"]
     assert unfit and all("KV cache for" in r["reason"] for r in unfit)
+
+
+def test_plan_on_h100_ranks_nothing_vllms_recipe_says_runs_out_of_memory():
+    """The recipe: gpt-oss-120b on one H100 needs memory fraction 0.95 and 1024 batched tokens;
+    one rank holds every weight at TP1 without expert parallelism (any DP)."""
+    plan = plan_of(EXAMPLE, "H100-SXM")
+    ranked = [plan.params(m) for m in plan.ranked()]
+    whole_model = [c for c in ranked
+                   if c["tensor_parallel_size"] == 1 and not c["enable_expert_parallel"]]
+    assert whole_model  # TP1 is planned, at the recipe's settings
+    assert all(c["gpu_memory_fraction"] >= 0.95 and c["max_num_tokens"] <= 1024
+               for c in whole_model)
+    refused = [r for c, r in zip(plan.configs, plan.rule_reasons, strict=True)
+               if c["tensor_parallel_size"] == 1 and not c["enable_expert_parallel"]
+               and c["gpu_memory_fraction"] == 0.9 and c["moe_backend"] == "triton"]
+    assert refused and all("vLLM's recipe" in r for r in refused)
 
 
 def test_plan_stores_predictions_apart_from_measurements(tmp_path: Path):
@@ -274,7 +290,7 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
     monkeypatch.setattr(loop, "run_trial", fake_trial)
     # Someone queued a configuration that cannot fit: it must be rejected, not launched.
     cannot_fit = {"tensor_parallel_size": 1, "moe_backend": "triton", "max_batch_size": 16,
-                  "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.5}
+                  "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.4}
     load_or_create_study(ctx).enqueue_trial(cannot_fit)
     expected = planner.make_plan(offline_study(ctx.spec, spec_path, gpu=None, engine=None))
     top = [expected.params(m) for m in planner.top_distinct(expected, 2)]
@@ -287,7 +303,7 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
     records = {r.number: r for r in ctx.store.trials(ctx.name)}
     rejected = [r for r in records.values() if r.params == cannot_fit]
     assert rejected and rejected[0].state == "infeasible"
-    assert "exceed the memory fraction 0.5 of 80 GB" in rejected[0].failure_reason
+    assert "exceed the memory fraction 0.4 of 141 GB" in rejected[0].failure_reason
     assert any("warm start: the performance model queued 2" in line for line in said)
     stored = ctx.store.predictions(ctx.name, source="perfmodel")
     assert len(stored) == 2 * 4 and {p.params == top[0] for p in stored} == {True, False}

@@ -177,7 +177,7 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
     from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
-        trial=0, hardware=SimpleNamespace(gpus=1),
+        trial=0, hardware=SimpleNamespace(gpu_type="H200", gpus=1),
         parameters={"tensor_parallel_size": 1, "max_batch_size": 64},
         launch=SimpleNamespace(config={"cuda_graph_config": {"batch_sizes": [1, 2, 2, 128]}}))
     with pytest.raises(BadInput) as e:
@@ -185,6 +185,21 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
     assert "sorted and unique" in str(e.value) and "above the max batch size 64" in str(e.value)
     record.launch.config = {"cuda_graph_config": {"batch_sizes": [1, 2, 4, 64]}}
     check_invariants(record, get_adapter("vllm"))
+
+
+def test_vllms_token_counted_capture_sizes_may_exceed_the_batch_as_its_recipe_does():
+    from tuner.report.export import check_invariants
+    from tuner.spec.errors import BadInput
+
+    record = SimpleNamespace(
+        trial=0, hardware=SimpleNamespace(gpus=1),
+        parameters={"tensor_parallel_size": 1, "max_batch_size": 512},
+        launch=SimpleNamespace(config={"max-cudagraph-capture-size": 2048,
+                                       "cudagraph-capture-sizes": [1, 8, 512, 2048]}))
+    check_invariants(record, get_adapter("vllm"))  # the recipe's 2048 at 512 sequences
+    record.launch.config = {"cudagraph-capture-sizes": [8, 1]}
+    with pytest.raises(BadInput, match="sorted and unique"):
+        check_invariants(record, get_adapter("vllm"))
 
 
 def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tmp_path):
@@ -201,3 +216,116 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     record["schema_version"] = 5
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(record, shipped)
+
+
+# ----------------------------------------------------------------- Kubernetes, structurally
+
+
+def structural_problems(pod: dict, command: list[str], env: dict[str, str]) -> list[str]:
+    """What would stop the pod from running its engine: a container runtime as the command, a
+    path the command reads that nothing mounts, a variable of the plan missing."""
+    (container,) = pod["containers"]
+    problems = []
+    if container["command"] != command:
+        problems.append(f"command {container['command']}")
+    if container["command"][0] in ("docker", "podman"):
+        problems.append("a container runtime inside the image")
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    volumes = {v["name"] for v in pod["volumes"]}
+    problems += [f"unmounted {a}" for a in container["command"]
+                 if a.startswith("/") and not any(a.startswith(m.rstrip("/") + "/") or a == m
+                                                  for m in mounts)]
+    problems += [f"volume {m['name']} not in the pod" for m in container["volumeMounts"]
+                 if m["name"] not in volumes]
+    have = {e["name"]: e.get("value") for e in container["env"]}
+    problems += [f"env {k}" for k, v in env.items()
+                 if k != "CUDA_VISIBLE_DEVICES" and have.get(k) != v]
+    return problems
+
+
+TRT_SPEC = {**SPEC, "engine": {
+    "name": "trtllm", "container": {"runtime": "docker",
+                                    "image": "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"},
+    "args": {"trust_remote_code": True, "env_overrides": {"TRTLLM_ENABLE_PDL": 1}},
+    "env": {"NCCL_DEBUG": "WARN"}}}
+
+
+def k8s_export(tmp_path, engine, spec, gpu_type, params, gpus, formats):
+    store = Store.open(f"sqlite:///{tmp_path}/k8s.db")
+    store.ensure_study("k", engine=engine, model="openai/gpt-oss-120b", gpu_type=gpu_type,
+                       spec=spec, space={}, tuner_version="test")
+    tid = store.start_trial("k", 0, params, worker_host="h", worker_pid=1, gpus=gpus,
+                            hardware={"kind": "gpu", "description": gpu_type, "host": "h"})
+    store.finish_trial(tid, state="complete", objective=5000.0, meets_sla=True,
+                       engine_version="1.2.1", measurements=[LEVEL])
+    write_export(store.get_study("k"), store.trials("k")[0], tmp_path, formats)
+    return [d for d in yaml.safe_load_all((tmp_path / "k8s.yaml").read_text()) if d]
+
+
+def test_a_trtllm_deployment_runs_trtllm_serve_with_every_mount_and_variable(tmp_path):
+    import kubernetes_validate
+
+    params = {"tensor_parallel_size": 8, "expert_parallel_size": 8, "enable_attention_dp": True,
+              "moe_backend": "CUTLASS", "max_batch_size": 512}
+    docs = k8s_export(tmp_path, "trtllm", TRT_SPEC, "B200", params, 8, ("trtllm", "k8s", "json"))
+    for d in docs:
+        kubernetes_validate.validate(d, "1.33", strict=True)
+    config_map, deployment, _ = docs
+    pod = deployment["spec"]["template"]["spec"]
+    record = json.loads((tmp_path / "best.json").read_text())
+    command = ["trtllm-serve", "openai/gpt-oss-120b", "--host", "0.0.0.0", "--port", "8000",
+               "--backend", "pytorch", "--config", "/config/extra-llm-api-config.yaml"]
+    assert structural_problems(pod, command, record["launch"]["env"]) == []
+    assert record["launch"]["env"] == {"NCCL_DEBUG": "WARN"}
+    assert config_map["data"]["extra-llm-api-config.yaml"] == (
+        tmp_path / "extra-llm-api-config.yaml").read_text()
+    (container,) = pod["containers"]
+    assert container["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    assert {"name": "model-cache", "mountPath": "/root/.cache/huggingface"} in (
+        container["volumeMounts"])
+    assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "tuner-model-cache"}} \
+        in pod["volumes"]
+    # The launch script, by contrast, runs the image with docker and passes the env into it.
+    launch = (tmp_path / "launch.sh").read_text()
+    assert "docker run" in launch and "-e NCCL_DEBUG" in launch
+
+
+def test_the_structural_check_catches_docker_a_missing_mount_and_a_missing_variable():
+    pod = {"containers": [{"command": ["docker", "run", "/tuner/x.yaml"], "env": [],
+                           "volumeMounts": [{"name": "config", "mountPath": "/config"}]}],
+           "volumes": [{"name": "config"}]}
+    found = structural_problems(pod, ["trtllm-serve"], {"NCCL_DEBUG": "WARN"})
+    assert found == ["command ['docker', 'run', '/tuner/x.yaml']",
+                     "a container runtime inside the image", "unmounted /tuner/x.yaml",
+                     "env NCCL_DEBUG"]
+
+
+def test_a_vllm_deployment_passes_the_structural_check(gpu_store, tmp_path):
+    params = {"tensor_parallel_size": 4, "max_batch_size": 256, "moe_backend": "triton"}
+    trial = add_gpu_trial(gpu_store, params, gpus=4)
+    write_export(gpu_store.get_study("g"), trial, tmp_path, ("k8s", "json"))
+    _, deployment, _ = yaml.safe_load_all((tmp_path / "k8s.yaml").read_text())
+    record = json.loads((tmp_path / "best.json").read_text())
+    command = ["vllm", "serve", "openai/gpt-oss-120b", "--config", "/config/config.yaml",
+               "--host", "0.0.0.0", "--port", "8000"]
+    assert structural_problems(deployment["spec"]["template"]["spec"], command,
+                               record["launch"]["env"]) == []
+
+
+def test_on_gb200_every_manifest_asks_one_compute_tray_of_4_gpus(tmp_path):
+    from tuner.report.k8s import workers_job
+
+    params = {"tensor_parallel_size": 4, "expert_parallel_size": 4, "moe_backend": "TRTLLM",
+              "max_batch_size": 256}
+    docs = k8s_export(tmp_path, "trtllm", TRT_SPEC, "GB200", params, 4, ("k8s",))
+    (container,) = docs[1]["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 4
+    for devices in (None, 8, 4):
+        job = workers_job(study="k", workers=2, image="i", gpu_type="GB200", devices=devices,
+                          model="openai/gpt-oss-120b")
+        (worker,) = job["spec"]["template"]["spec"]["containers"]
+        assert worker["resources"]["limits"]["nvidia.com/gpu"] == 4
+        assert {"name": "HF_HOME", "value": "/root/.cache/huggingface"} in worker["env"]
+    h200 = workers_job(study="k", workers=2, image="i", gpu_type="H200", devices=None)
+    assert h200["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": 8}

@@ -240,6 +240,8 @@ def test_a_worker_of_a_study_that_does_not_exist_is_bad_input(tmp_path):
 
 
 def test_a_worker_claims_only_devices_the_node_has_and_its_servers_stay_on_them():
+    from dataclasses import replace
+
     from tuner.serve.engines import get_adapter
     from tuner.serve.hardware import Inventory, owned_devices
     from tuner.spec.errors import BadInput
@@ -249,10 +251,11 @@ def test_a_worker_claims_only_devices_the_node_has_and_its_servers_stay_on_them(
     mine = owned_devices(node, [2, 3])
     assert mine.devices == (2, 3)
     vllm = get_adapter("vllm")
-    # A TP1 server of this worker is pinned to its cores, not spread over the node's.
+    # A TP1 server of this worker is pinned to its own cores (a rank's worth), not the node's.
+    assert vllm.placement_env({"tensor_parallel_size": 1}, replace(mine, per_rank=2),
+                              [2, 3]) == {"VLLM_CPU_OMP_THREADS_BIND": "2-3"}
     assert vllm.placement_env({"tensor_parallel_size": 1}, mine, [2, 3]) == {
-        "VLLM_CPU_OMP_THREADS_BIND": "2-3"}
-    assert vllm.placement_env({"tensor_parallel_size": 1}, node, [0, 1, 2, 3]) == {}
+        "VLLM_CPU_OMP_THREADS_BIND": "2"}
     with pytest.raises(BadInput, match="not among this node's usable CPU cores"):
         owned_devices(node, [4])
 

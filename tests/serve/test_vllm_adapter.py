@@ -6,6 +6,8 @@ tuner writes must be one vLLM accepts, with the value tuner meant.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -48,7 +50,9 @@ def test_no_speculative_config_without_speculation():
 
 def test_cpu_ranks_get_their_own_cores_and_gpus_their_own_devices():
     assert plan().env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in plan({"tensor_parallel_size": 1}).env
+    # TP1 is bound to one rank's cores too, not spread over the node: its figure is per core.
+    tp1 = plan({"tensor_parallel_size": 1})
+    assert tp1.env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and tp1.gpus == 1
     gpu = plan({"tensor_parallel_size": 4}, GPU8, devices=[4, 5, 6, 7])
     assert gpu.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert gpu.env["VLLM_CPU_KVCACHE_SPACE"] == "1"  # the spec's env is kept
@@ -92,10 +96,11 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     settings = EngineSettings(executable="vllm", model="openai/gpt-oss-120b",
-                              args={"max-model-len": 10240},
+                              args={"max-model-len": 10240, "stream-interval": 20},
                               env={}, draft_model="nvidia/gpt-oss-120b-Eagle3-v3")
     config = {"tensor_parallel_size": 2, "data_parallel_size": 2, "enable_expert_parallel": True,
-              "moe_backend": backend, "max_batch_size": 256, "max_num_tokens": 8192,
+              "moe_backend": backend, "moe_activation": "mxfp8",
+              "max_batch_size": 256, "max_num_tokens": 8192,
               "kv_cache_dtype": "fp8", "gpu_memory_fraction": 0.9,
               "speculative_method": "eagle3", "num_speculative_tokens": 3}
     p = get_adapter("vllm").launch_plan(config, settings, host="0.0.0.0", port=8000,
@@ -106,7 +111,20 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
         ["--model", p.model, "--config", str(tmp_path / "config.yaml")])
     assert (args.moe_backend, args.kv_cache_dtype, args.gpu_memory_utilization) == (
         backend, "fp8", 0.9)
-    assert args.max_cudagraph_capture_size == 256  # graphs up to the batch limit, no further
+    # Graph sizes count tokens (batch x (1 + draft) when speculating): vLLM sizes them itself.
+    assert args.max_cudagraph_capture_size is None
+    assert args.stream_interval == 20
+    from vllm.model_executor.layers.quantization.utils.quant_utils import kMxfp8Dynamic
+
+    assert args.quantization_config.moe.activation == kMxfp8Dynamic  # vLLM's own parse
     assert args.speculative_config == {
         "method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v3",
         "draft_tensor_parallel_size": 1, "num_speculative_tokens": 3}
+
+
+def test_a_cpu_rank_of_several_cores_binds_them_all_and_counts_them_as_its_devices():
+    four = replace(CPU2, devices=(0, 1, 2, 3), per_rank=2)
+    tp2 = plan({"tensor_parallel_size": 2}, four, devices=(0, 1, 2, 3))
+    assert tp2.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3" and tp2.gpus == 4
+    tp1 = plan({"tensor_parallel_size": 1}, four, devices=(2, 3))
+    assert tp1.env["VLLM_CPU_OMP_THREADS_BIND"] == "2-3" and tp1.gpus == 2

@@ -15,7 +15,15 @@ from typing import Any
 
 import aiohttp
 
-from tuner.measure.client import PATHS, Api, Clock, PromptLike, request_body, send_request
+from tuner.measure.client import (
+    PATHS,
+    Api,
+    Clock,
+    PromptLike,
+    fewer_collections,
+    request_body,
+    send_request,
+)
 from tuner.measure.records import RequestResult
 from tuner.measure.stats import converged
 
@@ -51,6 +59,17 @@ class LevelRun:
     request_rate: float | None = None  # open loop: the offered requests per second
     engine: Any = None  # what the level's monitor returned (the engine's gauges), if any
     sent: int | None = None  # prompts taken, warm-up included; None: warm-up + rounds x requests
+    # The client's own cost over the level, warm-up included: its event loop's CPU seconds and
+    # the wall seconds they were spent in. Near 1 CPU-s per wall-s, the client was saturated.
+    client_cpu_s: float | None = None
+    client_wall_s: float | None = None
+
+    @property
+    def client_cpu_use(self) -> float | None:
+        """The client's CPU seconds per wall second over the level (1.0: one core, saturated)."""
+        if self.client_cpu_s is None or not self.client_wall_s:
+            return None
+        return self.client_cpu_s / self.client_wall_s
 
     def round_runs(self) -> list[RoundRun]:
         return self.rounds or [RoundRun(self.results, self.duration_s)]
@@ -334,9 +353,10 @@ def run_sweep(
         return []
     plan = ([(max(levels), r) for r in rates] if rates is not None
             else [(c, None) for c in levels])
-    return asyncio.run(_sweep(base_url, model, prompts, plan, requests_per_level, output_len,
-                              warmup_requests, request_timeout_s, on_level, stop, api, repeats,
-                              seed, monitor))
+    with fewer_collections():
+        return asyncio.run(_sweep(base_url, model, prompts, plan, requests_per_level,
+                                  output_len, warmup_requests, request_timeout_s, on_level, stop,
+                                  api, repeats, seed, monitor))
 
 
 async def _sweep(
@@ -358,10 +378,14 @@ async def _sweep(
             if stop is not None and stop():
                 break
             rotated = _rotate(prompts, offset)
+            # This thread's CPU: parallel trials run their sweeps in threads of one process.
+            cpu0, wall0 = time.thread_time(), time.perf_counter()
             run = await run_level(session, base_url, model, rotated, concurrency,
                                   requests_per_level, output_len, request_timeout_s,
                                   warmup_requests, api=api, rate=rate, repeats=repeats,
                                   seed=seed * 1_000_003 + index, monitor=monitor, stop=stop)
+            run.client_cpu_s = time.thread_time() - cpu0
+            run.client_wall_s = time.perf_counter() - wall0
             offset += (run.sent if run.sent is not None
                        else warmup_requests + requests_per_level * len(run.round_runs()))
             runs.append(run)

@@ -133,7 +133,8 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     hw = trial.hardware or {}
     inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
                           devices=tuple(range(trial.gpus or 1)),
-                          description=hw.get("description", ""), host=hw.get("host", ""))
+                          description=hw.get("description", ""), host=hw.get("host", ""),
+                          per_rank=hw.get("per_rank", 1))
     plan = adapter.launch_plan(trial.params, _settings(study), host=DEPLOY_HOST,
                                port=DEPLOY_PORT, inventory=inventory,
                                devices=list(range(trial.gpus or 1)), workdir=workdir)
@@ -235,28 +236,32 @@ def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
     except ValueError as e:
         raise BadInput(f"--format k8s: {e}") from e
     adapter = get_adapter(study.engine)
-    command = adapter.launch_command(plan, k8s.CONFIG_DIR)
+    command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
     return k8s.dump(k8s.manifests(
         study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
         gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,
-        image=image, health_path=plan.health_path))
+        image=image, health_path=plan.health_path, model=plan.model))
 
 
 def check_invariants(record: ExportRecord, adapter) -> None:
     """An export a deploy would trip on is refused before any file is written."""
     params, config = record.parameters, record.launch.config
     problems = []
-    world = adapter.world_size(params)
-    if world != record.hardware.gpus:
-        problems.append(f"the parallel sizes need {world} GPUs, the record says "
-                        f"{record.hardware.gpus}")
+    world, devices = adapter.world_size(params), record.hardware.gpus
+    if record.hardware.gpu_type == "cpu":  # a CPU rank is bound to a fixed number of cores
+        if devices % world:
+            problems.append(f"the parallel sizes need a multiple of {world} cores, the record "
+                            f"says {devices}")
+    elif world != devices:
+        problems.append(f"the parallel sizes need {world} GPUs, the record says {devices}")
     if params.get("speculative_method") == "eagle3" and not _draft_model(config):
         problems.append("a draft length without a draft model")
     batch = params.get("max_batch_size")
     for where, sizes in _cuda_graph_sizes(config):
         if sizes != sorted(set(sizes)):
             problems.append(f"{where} must be sorted and unique, got {sizes}")
-        if batch is not None and any(s > batch for s in sizes):
+        # vLLM's sizes count tokens (batch x (1 + draft) when speculating), not requests.
+        if batch is not None and where not in TOKEN_COUNTED and any(s > batch for s in sizes):
             problems.append(f"{where} {sizes} goes above the max batch size {batch}")
     if problems:
         raise BadInput(f"export of trial {record.trial} refused: " + "; ".join(problems))
@@ -269,6 +274,10 @@ def _draft_model(config: dict[str, Any]) -> str | None:
             if spec.get(name):
                 return spec[name]
     return config.get("speculative-draft-model-path")
+
+
+# vLLM's capture sizes count tokens: its recipe's 2048 above a batch of 512 is right.
+TOKEN_COUNTED = ("cudagraph-capture-sizes", "max-cudagraph-capture-size")
 
 
 def _cuda_graph_sizes(config: dict[str, Any]) -> list[tuple[str, list[int]]]:
@@ -323,6 +332,6 @@ def write_workers_job(study: StudyRecord, out_dir: Path, *, workers: int, image:
                        f"{study.spec['model']['path']} (or a spec that generates it)")
     job = k8s.workers_job(study=study.name, workers=workers, image=image,
                           gpu_type=study.gpu_type, devices=study.spec["hardware"].get("devices"),
-                          secret=secret)
+                          secret=secret, model=study.spec.get("model", {}).get("path"))
     out_dir.mkdir(parents=True, exist_ok=True)
     return _write(out_dir / "k8s-workers.yaml", k8s.secret_howto(secret) + k8s.dump([job]))

@@ -1,9 +1,13 @@
 """A Kubernetes Deployment + Service (+ the config file as a ConfigMap) for an exported trial.
 
-The container runs the exact launch command of the export with the config mounted at /config;
-GPUs come from the NVIDIA device plugin (`nvidia.com/gpu` limits) on nodes that GPU feature
-discovery labels with the product (`nvidia.com/gpu.product`), and the readiness probe asks the
-engine's own health endpoint.
+The container runs the engine's own command (no container runtime inside the image) with the
+config mounted at /config, where that command reads it, and the spec's environment. The model
+comes from a PersistentVolumeClaim (`tuner-model-cache`): a hub name is cached there at the
+Hugging Face cache path, a local checkpoint path is mounted from it read-only, so a restart or
+a second deploy does not download the checkpoint again. GPUs come from the NVIDIA device plugin
+(`nvidia.com/gpu` limits, at most one node's worth: a GB200 compute tray is 4) on nodes that GPU
+feature discovery labels with the product (`nvidia.com/gpu.product`), and the readiness probe
+asks the engine's own health endpoint.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 from typing import Any
 
 import yaml
+
+from tuner.serve.engines.rules import gpus_per_node
 
 # GPU feature discovery's nvidia.com/gpu.product label values for tuner's GPU types.
 GPU_PRODUCT_LABEL = {
@@ -26,6 +32,16 @@ DEFAULT_IMAGES = {
 }
 PORT = 8000
 CONFIG_DIR = "/config"
+MODEL_CACHE_CLAIM = "tuner-model-cache"
+HF_CACHE = "/root/.cache/huggingface"  # HF_HOME inside the engine images (they run as root)
+
+
+def model_cache(model: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    """(volume, mount, env) of the model cache for a hub name or a local checkpoint path."""
+    volume = {"name": "model-cache", "persistentVolumeClaim": {"claimName": MODEL_CACHE_CLAIM}}
+    if model.startswith("/"):
+        return volume, {"name": "model-cache", "mountPath": model, "readOnly": True}, {}
+    return volume, {"name": "model-cache", "mountPath": HF_CACHE}, {"HF_HOME": HF_CACHE}
 
 
 def _name(text: str) -> str:
@@ -45,13 +61,15 @@ def image_for(engine: str, version: str | None, container: dict | None) -> str:
 
 def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
               command: list[str], env: dict[str, str], files: dict[str, str], image: str,
-              health_path: str) -> list[dict[str, Any]]:
+              health_path: str, model: str) -> list[dict[str, Any]]:
     name = _name(f"{study}-t{trial}")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tuner",
               "tuner/study": _name(study), "tuner/trial": str(trial)}
     on_gpu = gpu_type in GPU_PRODUCT_LABEL
     # The device plugin chooses the GPUs: a CUDA_VISIBLE_DEVICES from the trial would be wrong.
     env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    cache_volume, cache_mount, cache_env = model_cache(model)
+    env = {**cache_env, **env}
     container: dict[str, Any] = {
         "name": engine,
         "image": image,
@@ -62,14 +80,14 @@ def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
                            "initialDelaySeconds": 30, "periodSeconds": 10,
                            "failureThreshold": 120},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR},
-                         {"name": "shm", "mountPath": "/dev/shm"}],
+                         {"name": "shm", "mountPath": "/dev/shm"}, cache_mount],
     }
     if on_gpu:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
     pod: dict[str, Any] = {
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": name}},
-                    {"name": "shm", "emptyDir": {"medium": "Memory"}}],
+                    {"name": "shm", "emptyDir": {"medium": "Memory"}}, cache_volume],
     }
     if on_gpu:
         pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
@@ -95,7 +113,7 @@ STORAGE_KEY = "url"
 
 
 def workers_job(*, study: str, workers: int, image: str, gpu_type: str, devices: int | None,
-                secret: str = STORAGE_SECRET) -> dict[str, Any]:
+                secret: str = STORAGE_SECRET, model: str | None = None) -> dict[str, Any]:
     """A Job of `workers` pods, each running `tuner worker` against the shared study.
 
     The storage URL (with its password) comes from a Secret through the environment, never
@@ -119,9 +137,15 @@ def workers_job(*, study: str, workers: int, image: str, gpu_type: str, devices:
         "containers": [container],
         "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
     }
+    if model:  # every trial's server reads the checkpoint from the shared cache
+        volume, mount, env = model_cache(model)
+        container["volumeMounts"].append(mount)
+        container["env"] += [{"name": k, "value": v} for k, v in env.items()]
+        pod["volumes"].append(volume)
     if gpu_type in GPU_PRODUCT_LABEL:
         # The device plugin gives each pod GPUs of its own: a worker claims only those.
-        container["resources"] = {"limits": {"nvidia.com/gpu": devices or 8}}
+        node = gpus_per_node(gpu_type) or 8  # a GB200 compute tray: 4
+        container["resources"] = {"limits": {"nvidia.com/gpu": min(devices or node, node)}}
         pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
     elif devices:
         container["resources"] = {"requests": {"cpu": str(devices)},

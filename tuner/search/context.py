@@ -19,7 +19,7 @@ from typing import Any
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
 from tuner.measure.prompts import longest, sweep_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
-from tuner.serve.hardware import Inventory, detect, owned_devices
+from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType, gpu_type
@@ -73,7 +73,7 @@ class StudyContext:
     def infeasible(self, config: dict[str, Any]) -> str | None:
         return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
                              adapter=self.adapter, gpu=self.gpu, settings=self.settings,
-                             checks=self.checks)
+                             checks=self.checks, per_rank=self.inventory.per_rank)
 
 
 
@@ -233,7 +233,8 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     check_space(spec, space, adapter)
     check_prompt_file(spec)
     check_connections(spec)
-    inventory = _inventory(spec, devices)
+    inventory = bind_ranks(_inventory(spec, devices), spec.hardware.cores_per_rank,
+                           sorted({adapter.world_size(c) for c in _cpu_space(space, gpu)}))
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:
         raise BadInput("engine.port is fixed but budget.parallel_trials > 1: concurrent servers "
@@ -254,6 +255,11 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
         settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
         say=say, gpu=gpu,
     )
+
+
+def _cpu_space(space: SearchSpace, gpu: GpuType) -> list[dict[str, Any]]:
+    """The configurations whose world sizes set a CPU node's cores per rank (none on a GPU)."""
+    return space.enumerate() if gpu.arch == "cpu" else []
 
 
 def _inventory(spec: StudySpec, devices: list[int] | None) -> Inventory:

@@ -215,7 +215,8 @@ class TrialRunner:
             return
         beat = self._heartbeat(trial).__enter__()
         try:
-            block = self.pool.acquire(self.ctx.adapter.world_size(params), self.ctx.stop)
+            block = self.pool.acquire(
+                self.ctx.inventory.devices_for(self.ctx.adapter.world_size(params)), self.ctx.stop)
         except BaseException:
             beat.__exit__(None, None, None)
             raise

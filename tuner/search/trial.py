@@ -183,7 +183,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     plan, server = server_for(ctx, params, devices, f"trial-{trial.number:04d}")
     trial.set_user_attr("worker_host", ctx.inventory.host)
     trial.set_user_attr("worker", worker_id())
-    trial.set_user_attr("devices", devices[: ctx.adapter.world_size(params)])
+    trial.set_user_attr("devices", devices[: plan.gpus])
     trial_id = ctx.store.start_trial(
         ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
         launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),

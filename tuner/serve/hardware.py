@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from tuner.spec.errors import BadInput
 
@@ -24,9 +24,16 @@ class Inventory:
     # Devices of the whole node where this inventory is a worker's share of it (`--devices`):
     # a trial on fewer than all of them is pinned to its own (the CPU build's core binding).
     node_devices: int | None = None
+    # Devices one engine rank is bound to: one GPU, or on a CPU node a fixed number of cores, so
+    # a configuration runs on the same cores whether it has the node alone or shares it.
+    per_rank: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def devices_for(self, world: int) -> int:
+        """The devices a server of `world` ranks runs on, and what its figures are per."""
+        return world * self.per_rank
 
 
 def cpu_inventory() -> Inventory:
@@ -68,13 +75,37 @@ def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
                 f"hardware.devices {devices}: this node has only {len(inv.devices)} usable "
                 f"{unit}: lower it or leave it out"
             )
-        inv = Inventory(inv.kind, inv.type, inv.devices[:devices], inv.description, inv.host)
+        inv = replace(inv, devices=inv.devices[:devices])
     return inv
+
+
+def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int]) -> Inventory:
+    """A CPU node's inventory with the cores of one rank fixed for the whole study: the spec's
+    `hardware.cores_per_rank`, or by default the cores divided by the largest world size that
+    fits. Without this, TP1 on every core would be measured per one device and TP2 per two."""
+    if inv.kind != "cpu":
+        if cores_per_rank is not None:
+            raise BadInput(f"hardware.cores_per_rank is for gpu_type cpu, not {inv.type}: "
+                           "leave it out (a GPU rank is one GPU)")
+        return inv
+    cores = len(inv.devices)
+    if cores_per_rank is None:
+        fitting = [w for w in worlds if w <= cores] or [1]
+        cores_per_rank = max(1, cores // max(fitting))
+    elif cores_per_rank > cores:
+        raise BadInput(f"hardware.cores_per_rank {cores_per_rank}: a trial may use only {cores} "
+                       "cores here: lower it")
+    return replace(inv, per_rank=cores_per_rank)
 
 
 def planned_inventory(gpu, devices: int | None) -> Inventory:
     """A node of the given GPU type as a plan describes it (dry runs): stated, not detected."""
-    n = devices or (8 if gpu.arch != "cpu" else len(cpu_inventory().devices))
+    from tuner.serve.engines.rules import gpus_per_node
+
+    # One server spans one node: a GB200 compute tray holds 4 GPUs, whatever the spec says.
+    node = gpus_per_node(gpu.name) or 8
+    n = min(devices or node, node) if gpu.arch != "cpu" else devices or len(
+        cpu_inventory().devices)
     kind = "cpu" if gpu.arch == "cpu" else "gpu"
     return Inventory(kind=kind, type=gpu.name, devices=tuple(range(n)),
                      description=f"{n} x {gpu.name} (planned)", host="planned")
@@ -96,5 +127,5 @@ def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:
                        f"node's usable {unit} {list(inv.devices)}")
     if len(set(ids)) != len(ids):
         raise BadInput(f"--devices {','.join(map(str, ids))}: a device is listed twice")
-    return Inventory(inv.kind, inv.type, tuple(ids), f"devices {ids} of {inv.description}",
-                     inv.host, node_devices=len(inv.devices))
+    return replace(inv, devices=tuple(ids), description=f"devices {ids} of {inv.description}",
+                   node_devices=len(inv.devices))

@@ -29,9 +29,10 @@ from tuner.spec.gpu_types import GpuType
 from tuner.spec.yamlio import load_model, read_yaml
 
 # What a parameter's values are: each kind names its check and how to say it in an error.
-COUNT, FLAG, NAME, FRACTION = "count", "flag", "name", "fraction"
+COUNT, ITERATIONS, FLAG, NAME, FRACTION = "count", "iterations", "flag", "name", "fraction"
 KINDS = {
     COUNT: "positive integers (e.g. 16)",
+    ITERATIONS: "integers from 0 (e.g. 50)",
     FLAG: "true or false",
     NAME: "names (e.g. auto)",
     FRACTION: "fractions in (0, 1] (e.g. 0.9)",
@@ -45,8 +46,15 @@ CANONICAL_PARAMETERS = {
                            "parallel)"),
     "enable_expert_parallel": (FLAG, "vLLM: spread MoE experts over the TP x DP ranks"),
     "expert_parallel_size": (COUNT, "TRT-LLM / SGLang: ranks the MoE experts are spread over"),
-    "enable_attention_dp": (FLAG, "TRT-LLM: attention data-parallel across the ranks (DEP)"),
+    "enable_attention_dp": (FLAG, "TRT-LLM / SGLang: attention data-parallel across the ranks "
+                            "(DEP)"),
+    "attention_dp_batching_wait_iters": (ITERATIONS, "TRT-LLM: iterations attention-DP "
+                                         "balancing may wait"),
+    "attention_dp_timeout_iters": (ITERATIONS, "TRT-LLM: iterations before attention-DP "
+                                   "balancing gives up"),
     "moe_backend": (NAME, "the MoE kernel family"),
+    "moe_activation": (NAME, "vLLM: MoE activation precision (bf16, or mxfp8 on Blackwell "
+                       "kernels)"),
     "max_batch_size": (COUNT, "most sequences in a batch (vLLM max-num-seqs)"),
     "max_num_tokens": (COUNT, "most tokens in one scheduler step (vLLM max-num-batched-tokens)"),
     "kv_cache_dtype": (NAME, "KV-cache element type (auto, fp8)"),
@@ -63,8 +71,8 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool):  # YAML's true is no size
         return False
-    if kind == COUNT:
-        return isinstance(value, int) and value >= 1
+    if kind in (COUNT, ITERATIONS):
+        return isinstance(value, int) and value >= (1 if kind == COUNT else 0)
     if kind == FRACTION:
         return isinstance(value, int | float) and 0 < value <= 1
     return isinstance(value, str) and value != ""
@@ -89,7 +97,9 @@ def _unquoted(text: str) -> Any:
 # Short names for one-line descriptions of a configuration (CLI tables, dashboard).
 SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
                "enable_expert_parallel": "ep", "expert_parallel_size": "ep",
-               "enable_attention_dp": "adp", "moe_backend": "moe", "max_batch_size": "batch",
+               "enable_attention_dp": "adp", "attention_dp_batching_wait_iters": "adp_wait",
+               "attention_dp_timeout_iters": "adp_timeout", "moe_backend": "moe",
+               "moe_activation": "act", "max_batch_size": "batch",
                "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
                "speculative_method": "spec", "num_speculative_tokens": "draft",
                "prompt_lookup_max": "lookup"}
@@ -347,13 +357,15 @@ Check = Callable[[dict[str, Any]], "str | None"]
 
 
 def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, adapter, gpu,
-                  settings, checks: Sequence[Check] = ()) -> str | None:
+                  settings, checks: Sequence[Check] = (), per_rank: int = 1) -> str | None:
     """Why this configuration cannot run, or None. Only facts the engines enforce live here;
-    engine-specific rules come from the adapter, then each of `checks` in order."""
+    engine-specific rules come from the adapter, then each of `checks` in order. `per_rank`:
+    the devices one rank is bound to (CPU cores per rank; 1 on a GPU node)."""
     world = adapter.world_size(config)
     tp = int(config.get("tensor_parallel_size", 1))
-    if world > devices:
-        return f"needs {world} devices, the node has {devices}"
+    if world * per_rank > devices:
+        of = f" ({world} ranks x {per_rank} cores)" if per_rank > 1 else ""
+        return f"needs {world * per_rank} devices{of}, the node has {devices}"
     if not config.get("enable_attention_dp") and shape.num_attention_heads % tp:
         return f"TP {tp} does not divide the {shape.num_attention_heads} attention heads"
     ep = adapter.expert_parallel_width(config)

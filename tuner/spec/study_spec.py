@@ -81,6 +81,11 @@ class HardwareSpec(_Strict):
     devices: int | None = Field(
         None, gt=0, description="Devices a trial may use (GPUs, or CPU cores); default: all found."
     )
+    cores_per_rank: int | None = Field(
+        None, gt=0, description="CPU nodes: cores bound to each engine rank, the same for every "
+        "trial, so figures are per core used; default: the cores divided by the largest world "
+        "size (TP x DP) of the space that fits."
+    )
 
 
 class WorkloadSpec(_Strict):

@@ -73,6 +73,11 @@ class EngineAdapter(Protocol):
         """The argv a user runs by hand with the plan's files stored in config_dir."""
         ...
 
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        """The engine's own argv inside its image (a Kubernetes container), files in
+        config_dir: no container runtime around it."""
+        ...
+
     def world_size(self, config: dict[str, Any]) -> int:
         """Devices one server with this configuration occupies (the per-GPU divisor)."""
         ...
@@ -89,11 +94,17 @@ class EngineAdapter(Protocol):
 
 def moe_backends(engine: str) -> dict[str, list[str]]:
     """Backend -> architectures where it runs (tuner/data/moe_backends.yaml)."""
-    return dict(_moe_backend_table().get(engine, {}))
+    return {backend: list(archs) for backend, archs in _moe_backend_table().get(engine, {}).items()}
+
+
+def moe_activations(engine: str, backend: str, arch: str) -> list[str] | None:
+    """Activation precisions `backend` takes on `arch` where the table names them (vLLM)."""
+    archs = _moe_backend_table().get(engine, {}).get(backend)
+    return list(archs.get(arch, [])) if isinstance(archs, dict) else None
 
 
 @functools.cache
-def _moe_backend_table() -> dict[str, dict[str, list[str]]]:
+def _moe_backend_table() -> dict[str, dict[str, Any]]:
     # Read once: feasibility asks this for every configuration of a space (tens of thousands).
     import yaml
 
@@ -102,7 +113,8 @@ def _moe_backend_table() -> dict[str, dict[str, list[str]]]:
     return yaml.safe_load((DATA / "moe_backends.yaml").read_text())
 
 
-def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | None:
+def backend_infeasibility(engine: str, backend: str | None, arch: str,
+                          activation: str | None = None) -> str | None:
     if backend is None:
         return None
     archs = moe_backends(engine).get(backend)
@@ -110,6 +122,10 @@ def backend_infeasibility(engine: str, backend: str | None, arch: str) -> str | 
         return f"{engine} has no MoE backend {backend!r}"
     if arch not in archs:
         return f"MoE backend {backend} of {engine} runs on {', '.join(archs)}, not {arch}"
+    takes = moe_activations(engine, backend, arch)
+    if takes is not None and (activation or "bf16") not in takes:
+        return (f"MoE backend {backend} of {engine} takes {' or '.join(takes)} activations on "
+                f"{arch}, not {activation or 'bf16'}")
     return None
 
 
@@ -130,10 +146,13 @@ def gpu_server_infeasibility(engine: str, label: str, config: dict[str, Any], gp
 
 
 def container_argv(container: dict[str, Any], argv: list[str], *, port: int, model: str,
-                   devices: list[int], name: str) -> list[str]:
-    """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop."""
+                   devices: list[int], name: str, env: dict[str, str] | None = None) -> list[str]:
+    """`docker run` around an engine argv: GPUs, the port, the model directory, a name to stop,
+    and the spec's environment passed into the container (the client's own is not)."""
     run = [container.get("runtime", "docker"), "run", "--rm", "--init", "--name", name,
            "--ipc=host", "-p", f"{port}:{port}"]
+    for key in env or {}:
+        run += ["-e", key]  # docker takes the value from the client's environment: the plan's
     if devices:
         run += ["--gpus", f'"device={",".join(map(str, devices))}"']
     if model.startswith("/"):

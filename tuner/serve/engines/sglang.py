@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.serve.engines.base import EngineSettings, LaunchPlan, gpu_server_infeasibility
+from tuner.serve.engines.rules import expert_parallel_infeasibility
 from tuner.serve.hardware import Inventory
 
 # Canonical parameter -> launch_server flag.
@@ -27,7 +28,8 @@ FLAGS = {
 class SglangAdapter:
     name = "sglang"
     default_executable = "python3"
-    supported_parameters = frozenset(FLAGS) | {"speculative_method", "num_speculative_tokens"}
+    supported_parameters = frozenset(FLAGS) | {"enable_attention_dp", "speculative_method",
+                                               "num_speculative_tokens"}
 
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1))
@@ -37,13 +39,19 @@ class SglangAdapter:
 
     def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
         tp, ep = self.world_size(config), self.expert_parallel_width(config)
-        return gpu_server_infeasibility(self.name, "SGLang", config, gpu, settings, tp, ep)
+        if config.get("enable_attention_dp") and tp == 1:
+            return "attention data parallel needs more than one GPU"
+        return gpu_server_infeasibility(self.name, "SGLang", config, gpu, settings, tp, ep) \
+            or expert_parallel_infeasibility(self.name, config.get("moe_backend"), ep)
 
     def arguments(self, config: dict[str, Any], settings: EngineSettings) -> list[str]:
         args: list[str] = []
         for canonical, flag in FLAGS.items():
             if canonical in config:
                 args += [flag, str(config[canonical])]
+        if config.get("enable_attention_dp"):
+            # DP attention over every rank of the server, experts over --ep-size (DEP).
+            args += ["--enable-dp-attention", "--dp-size", str(self.world_size(config))]
         if "max_batch_size" in config:
             # 0.5.23 split --cuda-graph-max-bs: decode graphs up to the batch limit.
             args += ["--cuda-graph-max-bs-decode", str(config["max_batch_size"])]
@@ -76,3 +84,6 @@ class SglangAdapter:
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
         return list(plan.argv)
+
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        return self.launch_command(plan, config_dir)

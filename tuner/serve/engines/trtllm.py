@@ -18,6 +18,7 @@ from tuner.serve.engines.base import (
     container_argv,
     gpu_server_infeasibility,
 )
+from tuner.serve.engines.rules import kv_cache_dtype_infeasibility
 from tuner.serve.hardware import Inventory
 
 RELEASE = "1.2.1"
@@ -31,8 +32,11 @@ KEYS = {
     "tensor_parallel_size": "tensor_parallel_size",
     "expert_parallel_size": "moe_expert_parallel_size",
 }
-# NVIDIA's curated throughput config balances attention-DP ranks with these settings.
+# Attention-DP balancing: NVIDIA's curated throughput config waits 50 iterations with timeout 1,
+# its B200 database DEP configs 0 and 60: searched as two parameters, the curated values where not.
 ATTENTION_DP_BALANCE = {"enable_balance": True, "batching_wait_iters": 50, "timeout_iters": 1}
+ATTENTION_DP_KEYS = {"attention_dp_batching_wait_iters": "batching_wait_iters",
+                     "attention_dp_timeout_iters": "timeout_iters"}
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +50,7 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 class TrtllmAdapter:
     name = "trtllm"
     default_executable = "trtllm-serve"
-    supported_parameters = frozenset(KEYS) | {
+    supported_parameters = frozenset(KEYS) | frozenset(ATTENTION_DP_KEYS) | {
         "enable_attention_dp", "moe_backend", "kv_cache_dtype", "gpu_memory_fraction",
         "speculative_method", "num_speculative_tokens"}
 
@@ -60,7 +64,8 @@ class TrtllmAdapter:
         tp, ep = self.world_size(config), self.expert_parallel_width(config)
         if config.get("enable_attention_dp") and tp == 1:
             return "attention data parallel needs more than one GPU"
-        return gpu_server_infeasibility(self.name, "TensorRT-LLM", config, gpu, settings, tp, ep)
+        return gpu_server_infeasibility(self.name, "TensorRT-LLM", config, gpu, settings, tp, ep) \
+            or kv_cache_dtype_infeasibility(self.name, config.get("kv_cache_dtype"), gpu.arch)
 
     def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
         """The LLM-API YAML: the trial's parameters over the study's fixed keys."""
@@ -68,7 +73,8 @@ class TrtllmAdapter:
         adp = bool(config.get("enable_attention_dp", False))
         out["enable_attention_dp"] = adp
         if adp:
-            out["attention_dp_config"] = dict(ATTENTION_DP_BALANCE)
+            out["attention_dp_config"] = {**ATTENTION_DP_BALANCE, **{
+                key: int(config[k]) for k, key in ATTENTION_DP_KEYS.items() if k in config}}
         if "max_batch_size" in config:
             # Capture graphs up to the batch limit, padding odd batch sizes up to a captured one.
             out["cuda_graph_config"] = {"enable_padding": True,
@@ -104,18 +110,21 @@ class TrtllmAdapter:
                 settings.model, "--host", host, "--port", str(port), "--backend", "pytorch",
                 "--config", CONFIG_FILE]
         env = dict(settings.env)
+        extra: dict[str, Any] = {}
         if settings.container:
-            argv = self._in_container(argv, settings, port, devices[:world], workdir)
+            extra["engine_argv"] = argv  # what runs inside the image (Kubernetes)
+            argv = self._in_container(argv, settings, port, devices[:world], workdir, env)
         elif inventory.kind == "gpu":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices[:world]))
         return LaunchPlan(engine=self.name, argv=argv, env=env, files=files, host=host,
-                          port=port, model=settings.model, gpus=world, version_path=None)
+                          port=port, model=settings.model, gpus=world, version_path=None,
+                          extra=extra)
 
     def _in_container(self, argv: list[str], settings: EngineSettings, port: int,
-                      devices: list[int], workdir: str | None) -> list[str]:
+                      devices: list[int], workdir: str | None, env: dict[str, str]) -> list[str]:
         argv = [a if a != CONFIG_FILE else f"{CONTAINER_DIR}/{CONFIG_FILE}" for a in argv]
         wrapped = container_argv(settings.container, argv, port=port, model=settings.model,
-                                 devices=devices, name=f"tuner-trtllm-{port}")
+                                 devices=devices, name=f"tuner-trtllm-{port}", env=env)
         if not workdir:
             raise ValueError("a container launch needs the absolute directory of its files")
         mount = ["-v", f"{workdir}:{CONTAINER_DIR}"]
@@ -127,4 +136,9 @@ class TrtllmAdapter:
         i = argv.index("--config") + 1
         if not argv[i].startswith(CONTAINER_DIR):
             argv[i] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
+        return argv
+
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        argv = list(plan.extra.get("engine_argv") or plan.argv)
+        argv[argv.index("--config") + 1] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
         return argv

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.serve.engines.base import EngineSettings, LaunchPlan, backend_infeasibility
+from tuner.serve.engines.rules import single_rank_memory_infeasibility
 from tuner.serve.hardware import Inventory, split_devices
 
 CONFIG_FILE = "config.yaml"
@@ -28,12 +29,15 @@ FLAGS = {
     "gpu_memory_fraction": "gpu-memory-utilization",
 }
 SPECULATIVE = ("speculative_method", "num_speculative_tokens", "prompt_lookup_max")
+# 0.32 picks the MoE kernels' activation precision from --quantization-config (oracle/mxfp4.py
+# _user_moe_activation_override); the checkpoint's own default (BF16 for gpt-oss) needs no key.
+MOE_ACTIVATION = "moe_activation"
 
 
 class VllmAdapter:
     name = "vllm"
     default_executable = "vllm"
-    supported_parameters = frozenset(FLAGS) | frozenset(SPECULATIVE)
+    supported_parameters = frozenset(FLAGS) | frozenset(SPECULATIVE) | {MOE_ACTIVATION}
 
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1)) * int(config.get("data_parallel_size", 1))
@@ -46,14 +50,17 @@ class VllmAdapter:
         if config.get("speculative_method") == "eagle3" and not settings.draft_model:
             return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
         if gpu.arch != "cpu":
-            return backend_infeasibility(self.name, config.get("moe_backend"), gpu.arch)
-        if config.get("moe_backend"):
+            return backend_infeasibility(self.name, config.get("moe_backend"), gpu.arch,
+                                         config.get(MOE_ACTIVATION)) or \
+                single_rank_memory_infeasibility(self.name, config, shape, gpu)
+        if config.get("moe_backend") or config.get(MOE_ACTIVATION, "bf16") != "bf16":
             return "vLLM's CPU build has one MoE kernel: moe_backend is for GPUs"
         return None
 
-    def engine_config(self, config: dict[str, Any], settings: EngineSettings,
-                      gpu_kind: str = "cpu") -> dict[str, Any]:
-        """The YAML for `vllm serve --config`: fixed args first, then the trial's parameters."""
+    def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
+        """The YAML for `vllm serve --config`: fixed args first, then the trial's parameters.
+        CUDA-graph sizes are left to vLLM: they count tokens, and vLLM sizes them for the batch
+        limit and the draft length together (a fixed cap turns that off)."""
         out: dict[str, Any] = dict(settings.args)
         for canonical, flag in FLAGS.items():
             if canonical in config:
@@ -61,22 +68,19 @@ class VllmAdapter:
         spec = speculative_config(config, settings.draft_model)
         if spec is not None:
             out["speculative-config"] = spec
-        if gpu_kind == "gpu" and "max_batch_size" in config and not out.get("enforce-eager"):
-            # Capture CUDA graphs up to the batch limit and no further (vLLM builds the ladder).
-            out.setdefault("max-cudagraph-capture-size", int(config["max_batch_size"]))
+        if config.get(MOE_ACTIVATION, "bf16") != "bf16":
+            out["quantization-config"] = {"moe": {"activation": config[MOE_ACTIVATION]}}
         return out
 
     def placement_env(self, config: dict[str, Any], inventory: Inventory, devices: list[int]):
         world = self.world_size(config)
         if inventory.kind == "gpu":
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
-        if world > 1 or len(devices) < max(len(inventory.devices), inventory.node_devices or 0):
-            # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank:
-            # without it, TP > 1 fails with "Not enough allowed NUMA nodes", and a trial sharing
-            # the node with another must stay on its own cores.
-            groups = split_devices(devices, world)
-            return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
-        return {}
+        # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank: without
+        # it TP > 1 fails with "Not enough allowed NUMA nodes", and a TP1 server would spread over
+        # every core, so its figure per device would depend on what else runs on the node.
+        groups = split_devices(devices[: inventory.devices_for(world)], world)
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
 
     def launch_plan(
         self,
@@ -91,20 +95,23 @@ class VllmAdapter:
     ) -> LaunchPlan:
         import yaml
 
-        engine_config = self.engine_config(config, settings, inventory.kind)
+        engine_config = self.engine_config(config, settings)
         files = {CONFIG_FILE: yaml.safe_dump(engine_config, sort_keys=False)}
         argv = [settings.executable, "serve", settings.model, "--config", CONFIG_FILE,
                 "--host", host, "--port", str(port)]
         env = {**settings.env, **self.placement_env(config, inventory, devices)}
         return LaunchPlan(
             engine=self.name, argv=argv, env=env, files=files, host=host, port=port,
-            model=settings.model, gpus=self.world_size(config),
+            model=settings.model, gpus=inventory.devices_for(self.world_size(config)),
         )
 
     def launch_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
         argv = list(plan.argv)
         argv[argv.index("--config") + 1] = f"{config_dir.rstrip('/')}/{CONFIG_FILE}"
         return argv
+
+    def engine_command(self, plan: LaunchPlan, config_dir: str) -> list[str]:
+        return self.launch_command(plan, config_dir)
 
 
 def speculative_config(config: dict[str, Any], draft_model: str | None) -> dict[str, Any] | None:

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A prepared check for a real NVIDIA node (written for an H200 node; any type in
+# tuner/data/gpus.csv works): what the driver reports through tuner, and what the GPU measures
+# with PyTorch, beside the figures tuner plans with.
+#
+#   1. `tuner gpus --json`: NVML through nvidia-ml-py, the same code a study runs; exits 4 where
+#      NVML is not available (no driver), and this script stops there.
+#   2. HBM bandwidth (a device-to-device copy of 4 GiB: bytes read + written per second) and the
+#      dense BF16 matmul rate (8192^3 GEMMs), timed with CUDA events on GPU 0, median of 20.
+#   3. A table: measured | datasheet (tuner/data/gpus.csv) | what the performance model uses
+#      (datasheet x its calibrated efficiency, tuner/data/perfmodel_calibration.json) | the
+#      measured share of the datasheet.
+#
+# Needs only tuner's wheel and its dependencies, PyTorch with CUDA and nvidia-ml-py (install
+# them offline from a folder of wheels: README, "GPU nodes without internet").
+# Run by hand on the node:  bash bench/device_check.sh [GPU type, default: what NVML reports]
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+TUNER=${TUNER:-tuner}
+
+echo "== tuner gpus --json"
+"$TUNER" gpus --json | tee /tmp/tuner-device-check-gpus.json
+
+echo
+echo "== measured with PyTorch on GPU 0"
+"$PYTHON" - "${1:-}" <<'PY'
+import json
+import statistics
+import sys
+
+import torch
+
+from tuner.plan import perfmodel as pm
+from tuner.spec.gpu_types import gpu_type
+
+inventory = json.load(open("/tmp/tuner-device-check-gpus.json"))
+name = sys.argv[1] or inventory["gpus"][0]["type"]
+if not name:
+    sys.exit(f"NVML reports {inventory['gpus'][0]['name']!r}, not a type in tuner/data/gpus.csv:"
+             " pass the type to compare with, e.g. H200")
+sheet = gpu_type(name)
+factors = pm.load_calibration().factors
+assert torch.cuda.is_available(), "PyTorch sees no CUDA device"
+dev = torch.device("cuda:0")
+
+
+def timed(fn, n=20):
+    for _ in range(3):
+        fn()
+    out = []
+    for _ in range(n):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(out)
+
+
+src = torch.empty(4 << 30, dtype=torch.uint8, device=dev)
+dst = torch.empty_like(src)
+hbm_tb_s = 2 * src.numel() / timed(lambda: dst.copy_(src)) / 1e12
+del src, dst
+a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
+b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
+bf16_tflops = 2 * 8192**3 / timed(lambda: a @ b) / 1e12
+
+rows = [("HBM bandwidth, TB/s", hbm_tb_s, sheet.hbm_tb_s, factors["bw_eff"]),
+        ("BF16 dense matmul, TFLOP/s", bf16_tflops, sheet.bf16_dense_tflops,
+         factors["dense_eff"])]
+print(f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__}, CUDA "
+      f"{torch.version.cuda}) against tuner's {sheet.name}")
+print(f"{'':28} {'measured':>9} {'datasheet':>10} {'model':>9} {'measured/datasheet':>19}")
+for label, got, datasheet, eff in rows:
+    print(f"{label:28} {got:9.2f} {datasheet:10.2f} {datasheet * eff:9.2f} "
+          f"{got / datasheet:19.2f}")
+print("model = datasheet x the calibrated efficiency the performance model plans with "
+      f"(bw_eff {factors['bw_eff']:.3f}, dense_eff {factors['dense_eff']:.3f})")
+PY

@@ -1,0 +1,41 @@
+"""A CPU node's cores per engine rank: fixed for the whole study, so a configuration is measured
+on the same cores whether it has the node alone or shares it, and its figures are per core used."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.serve.hardware import Inventory, bind_ranks, owned_devices
+from tuner.spec.errors import BadInput
+
+CPU4 = Inventory(kind="cpu", type="cpu", devices=(0, 1, 2, 3), description="4 cores", host="h")
+GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8", host="h")
+
+
+def test_by_default_a_rank_gets_the_cores_divided_by_the_largest_world_that_fits():
+    assert bind_ranks(CPU4, None, [1, 2]).per_rank == 2
+    assert bind_ranks(CPU4, None, [1]).per_rank == 4
+    # A world larger than the node is infeasible anyway: it does not shrink the others' share.
+    assert bind_ranks(CPU4, None, [1, 2, 8]).per_rank == 2
+
+
+def test_a_server_runs_on_its_ranks_times_the_cores_per_rank():
+    inv = bind_ranks(CPU4, None, [1, 2])
+    assert inv.devices_for(1) == 2 and inv.devices_for(2) == 4
+
+
+def test_the_spec_can_fix_the_cores_per_rank_within_the_node():
+    assert bind_ranks(CPU4, 1, [1, 2]).per_rank == 1
+    with pytest.raises(BadInput, match="hardware.cores_per_rank 5: a trial may use only 4"):
+        bind_ranks(CPU4, 5, [1])
+
+
+def test_a_worker_keeps_its_share_of_cores_per_rank_on_its_own_cores():
+    mine = bind_ranks(owned_devices(CPU4, [2, 3]), None, [1, 2])
+    assert mine.per_rank == 1 and mine.devices == (2, 3) and mine.node_devices == 4
+
+
+def test_on_a_gpu_node_a_rank_is_one_gpu_and_cores_per_rank_is_refused():
+    assert bind_ranks(GPU8, None, [1, 8]).per_rank == 1
+    with pytest.raises(BadInput, match="hardware.cores_per_rank is for gpu_type cpu"):
+        bind_ranks(GPU8, 2, [1])

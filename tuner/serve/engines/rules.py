@@ -1,0 +1,63 @@
+"""Engine facts beyond the MoE kernels, read from tuner/data/engine_rules.yaml (each entry names
+its source there): KV-cache types per architecture, the widest expert parallelism a MoE backend
+takes, memory settings a recipe requires where one rank holds the whole model, and how many GPUs
+one server may span on a GPU type."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def _rules() -> dict[str, Any]:
+    import yaml
+
+    from tuner.spec.gpu_types import DATA
+
+    return yaml.safe_load((DATA / "engine_rules.yaml").read_text())
+
+
+def kv_cache_dtype_infeasibility(engine: str, dtype: str | None, arch: str) -> str | None:
+    allowed = _rules()["kv_cache_dtypes"].get(engine, {}).get(arch)
+    if dtype is None or allowed is None or dtype in allowed:
+        return None
+    return f"{engine} KV cache {dtype} is not used on {arch} (use {' or '.join(allowed)})"
+
+
+def expert_parallel_infeasibility(engine: str, backend: str | None, ep: int) -> str | None:
+    most = _rules()["max_expert_parallel"].get(engine, {}).get(backend)
+    if most is None or ep <= most:
+        return None
+    return f"MoE backend {backend} of {engine} runs with EP {most} at most, not {ep}"
+
+
+def single_rank_memory_infeasibility(engine: str, config: dict[str, Any], shape: Any,
+                                     gpu: Any) -> str | None:
+    """Where one rank holds every weight (no TP, no EP), the recipe's memory settings."""
+    if int(config.get("tensor_parallel_size", 1)) != 1 or config.get("enable_expert_parallel"):
+        return None
+    for rule in _rules()["single_rank_memory"].get(engine, []):
+        if gpu.name != rule["gpu"] or shape != _shape(rule["model"]):
+            continue
+        fraction = config.get("gpu_memory_fraction")
+        if fraction is not None and float(fraction) < rule["min_gpu_memory_fraction"]:
+            return (f"{rule['model']} on one {gpu.name} runs out of memory below memory "
+                    f"fraction {rule['min_gpu_memory_fraction']} (vLLM's recipe)")
+        tokens = config.get("max_num_tokens")
+        if tokens is not None and int(tokens) > rule["max_num_tokens"]:
+            return (f"{rule['model']} on one {gpu.name} runs out of memory above "
+                    f"{rule['max_num_tokens']} batched tokens (vLLM's recipe)")
+    return None
+
+
+@functools.cache
+def _shape(name: str) -> Any:
+    from tuner.spec.space import shape_by_name
+
+    return shape_by_name(name)
+
+
+def gpus_per_node(gpu_name: str) -> int | None:
+    """GPUs one server may span on this GPU type (a GB200 compute tray: 4), None: no limit."""
+    return _rules()["gpus_per_node"].get(gpu_name)
