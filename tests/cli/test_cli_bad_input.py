@@ -8,8 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import base_spec, run_tuner, write_yaml
+from tests.conftest import base_spec, call_tuner, run_tuner, write_yaml
 from tuner.store import Store
 
 
@@ -141,3 +142,121 @@ def test_reading_commands_do_not_create_a_database(tmp_path):
     proc = run_tuner("status", cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "tuner run" in proc.stderr
     assert not (tmp_path / "tuner.db").exists()
+
+
+# The checks below run in this process (`call_tuner`), which runs what the console script runs.
+
+def fresh_study(tmp_path: Path, **overrides) -> Path:
+    """A directory with a study spec whose model has a word-level tokenizer of the corpus, and
+    no database."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tuner.measure.prompts import CORPUS
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(
+        '{"num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,'
+        ' "vocab_size": 512}')
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator([CORPUS.read_text()],
+                                  trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tokenizer.save(str(model / "tokenizer.json"))
+    write_yaml(tmp_path / "study.yaml", base_spec(model, **overrides))
+    return tmp_path
+
+
+def refused_in_process(workdir: Path, *args: str) -> str:
+    outcome = call_tuner(*args, cwd=workdir)
+    assert outcome.code == 2, outcome
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), outcome.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [("run", "study.yaml"),
+                                     ("run", "study.yaml", "--create-only")])
+def test_an_input_len_beyond_the_corpus_is_found_before_a_database_or_server(tmp_path, command):
+    d = fresh_study(tmp_path)
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["workload"].update(prompt_source="corpus", input_len=5000)
+    write_yaml(d / "study.yaml", spec)
+    line = refused_in_process(d, *command)
+    assert "workload" in line and "input_len 5000" in line and "corpus" in line
+    assert not (d / "tuner.db").exists() and not (d / "tuner-runs").exists()
+
+
+def test_a_string_where_a_size_belongs_creates_no_database(tmp_path):
+    d = fresh_study(tmp_path, search_space="space.yaml")
+    write_yaml(d / "space.yaml", {"name": "s", "engine": "vllm",
+                                  "parameters": {"max_batch_size": {"values": [4, "sixteen"]}}})
+    line = refused_in_process(d, "run", "study.yaml", "--create-only")
+    assert "max_batch_size value 'sixteen'" in line and "positive integers" in line
+    assert not (d / "tuner.db").exists()
+
+
+def test_a_missing_model_creates_no_database_and_its_fix_is_quoted_for_the_shell(tmp_path):
+    d = fresh_study(tmp_path)
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["model"] = {"path": "my models/$HOME; rm -rf x"}
+    write_yaml(d / "study.yaml", spec)
+    line = refused_in_process(d, "run", "study.yaml", "--create-only")
+    assert "`tuner model tiny --out 'my models/$HOME; rm -rf x'`" in line
+    assert not (d / "tuner.db").exists()
+
+
+def test_a_read_only_database_is_one_line_and_left_alone(tmp_path):
+    d = fresh_study(tmp_path)
+    assert call_tuner("run", "study.yaml", "--create-only", cwd=d).code == 0
+    before = digest(d / "tuner.db")
+    read_only = "sqlite:///file:tuner.db?mode=ro&uri=true"
+    line = refused_in_process(d, "run", "study.yaml", "--create-only", "--study-name", "other",
+                              "--storage", read_only)
+    assert "readonly database" in line
+    assert digest(d / "tuner.db") == before
+
+
+def test_requests_longer_than_the_models_context_are_refused_before_a_server(tmp_path):
+    d = fresh_study(tmp_path)
+    (d / "model" / "config.json").write_text(
+        '{"num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,'
+        ' "vocab_size": 512, "max_position_embeddings": 1024}')
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["workload"].update(input_len=1000, output_len=20, range_ratio=0.1)
+    write_yaml(d / "study.yaml", spec)
+    line = refused_in_process(d, "run", "study.yaml")
+    assert "a request needs up to 1,122 tokens and the model's context holds 1,024" in line
+    assert not (d / "tuner.db").exists()
+
+
+def test_confirming_a_study_that_is_not_there_creates_nothing_and_quotes_the_spec(tmp_path):
+    d = fresh_study(tmp_path)
+    (d / "study.yaml").rename(d / "my study.yaml")
+    line = refused_in_process(d, "confirm", "my study.yaml")
+    assert "no study database" in line and not (d / "tuner.db").exists()
+    assert call_tuner("run", "my study.yaml", "--create-only", "--study-name", "other",
+                      cwd=d).code == 0
+    before = digest(d / "tuner.db")
+    line = refused_in_process(d, "confirm", "my study.yaml")
+    assert "study test-study is not in" in line and "`tuner run 'my study.yaml'` first" in line
+    assert digest(d / "tuner.db") == before
+
+
+@pytest.mark.parametrize("command", [("run", "study.yaml"), ("worker",),
+                                     ("confirm", "study.yaml")])
+def test_a_study_in_a_read_only_database_is_one_line_not_a_traceback(tmp_path, command):
+    """The study is there and the spec matches, so the first write is Optuna's (its
+    StorageInternalError) or SQLAlchemy's: the boundary in main() says it in one line."""
+    from tests.fake_engine import fake_vllm
+
+    d = fresh_study(tmp_path)
+    spec = yaml.safe_load((d / "study.yaml").read_text())
+    spec["engine"]["executable"] = str(fake_vllm(d / "bin"))
+    write_yaml(d / "study.yaml", spec)
+    assert call_tuner("run", "study.yaml", "--create-only", cwd=d).code == 0
+    before = digest(d / "tuner.db")
+    line = refused_in_process(d, *command, "--storage",
+                              "sqlite:///file:tuner.db?mode=ro&uri=true")
+    assert "the study database cannot be used as given (attempt to write a readonly" in line
+    assert digest(d / "tuner.db") == before

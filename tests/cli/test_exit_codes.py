@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TUNER, base_spec, wait_for, write_yaml
+from tests.conftest import TUNER, base_spec, call_tuner, wait_for, write_yaml
 from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
-from tuner.store import Store
+from tuner.store import Store, StoreError
 
 
 @pytest.mark.parametrize("stage, landscape, printed", [
@@ -37,7 +37,8 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
     proc = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        wait_for(lambda: printed in (tmp_path / "out.txt").read_text(), 60, stage)
+        wait_for(lambda: printed in (tmp_path / "out.txt").read_text()
+                 and trial_recorded(tmp_path / "tuner.db"), 60, stage)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
     finally:
@@ -48,3 +49,48 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
     with Store.open(f"sqlite:///{tmp_path / 'tuner.db'}", create=False) as store:
         (trial,) = store.trials("test-study")
         assert (trial.state, trial.failure_kind) == ("failed", "interrupted")
+
+
+def trial_recorded(db: Path) -> bool:
+    """Whether the study's trial is in tuner's table yet: the line printed before it is not
+    enough on a busy machine, where a signal can land between the two."""
+    if not db.exists():
+        return False
+    try:
+        with Store.open(f"sqlite:///{db}", create=False) as store:
+            return bool(store.trials("test-study"))
+    except StoreError:
+        return False
+
+
+def test_an_unexpected_error_in_a_trial_is_recorded_with_its_text_and_stops_the_study(
+        tmp_path: Path, monkeypatch):
+    """A bug is no verdict on the configuration: the trial is `failed (error)` with the error's
+    text and traceback, it spends no budget, and the study stops instead of repeating it."""
+    import tuner.search.trial
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("division by zero in a level's figures")
+
+    monkeypatch.setattr(tuner.search.trial, "measure", broken)
+    (tmp_path / "landscape.json").write_text(json.dumps({"default": {}}))
+    write_yaml(tmp_path / "space.yaml", {"name": "two", "engine": "vllm", "parameters": {
+        "max_batch_size": {"values": [4, 8]}}})
+    spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
+                     hardware={"gpu_type": "cpu", "devices": 1},
+                     budget={"n_trials": 2, "trial_timeout_s": 120, "confirm_top_k": 0})
+    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
+                      "ready_timeout_s": 120,
+                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    write_yaml(tmp_path / "study.yaml", spec)
+    outcome = call_tuner("run", "study.yaml", cwd=tmp_path)
+    assert outcome.code == 1, outcome
+    (line,) = outcome.stderr.strip().splitlines()
+    assert line.startswith("error: trial 0 stopped on an unexpected error (ZeroDivisionError: "
+                           "division by zero in a level's figures)")
+    with Store.open(f"sqlite:///{tmp_path / 'tuner.db'}", create=False) as store:
+        (trial,) = store.trials("test-study")
+        assert (trial.state, trial.failure_kind) == ("failed", "error")
+        assert trial.failure_reason == "ZeroDivisionError: division by zero in a level's figures"
+        assert "Traceback" in trial.log_tail and "broken" in trial.log_tail
+        assert store.budget_used("test-study") == 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.conftest import write_yaml
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import CPU, gpu_type
@@ -140,3 +141,32 @@ def test_engine_rules_refuse_what_the_engine_refuses():
                                 draft_model="nvidia/gpt-oss-120b-Eagle3-v3")
     assert infeasible({"speculative_method": "eagle3"}, devices=8, gpu=h200,
                       settings=with_draft) is None
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"max_batch_size": {"values": [16, "64"]}},
+     "max_batch_size value '64' is not one of its values, which are positive integers "
+     "(e.g. 16): write 64"),
+    ({"tensor_parallel_size": {"values": [0, 1]}}, "tensor_parallel_size value 0"),
+    ({"max_num_tokens": {"values": [True]}}, "max_num_tokens value True"),
+    ({"enable_expert_parallel": {"values": ["yes"]}}, "which are true or false"),
+    ({"gpu_memory_fraction": {"values": [0.9, 1.5]}}, "which are fractions in (0, 1]"),
+    ({"kv_cache_dtype": {"values": [8]}}, "kv_cache_dtype value 8"),
+    ({"max_batch_size": {"values": {"H200": [16, "x"]}}}, "max_batch_size value 'x'"),
+    ({"speculative_method": {"values": ["none", "ngram"]},
+      "num_speculative_tokens": {"values": [2], "when": {"speculative_method": 3}}},
+     "num_speculative_tokens.when: speculative_method value 3"),
+])
+def test_every_value_has_its_parameters_kind(tmp_path, params, message):
+    """A string where a size belongs is found when the space is read, never by an engine's int()
+    at launch."""
+    path = write_yaml(tmp_path / "space.yaml", {"name": "s", "engine": "vllm",
+                                                "parameters": params})
+    with pytest.raises(BadInput) as e:
+        load_space(path)
+    assert message in str(e.value)
+
+
+def test_the_shipped_spaces_hold_values_of_their_parameters_kinds():
+    for path in sorted(search_spaces_dir().glob("*.yaml")):
+        load_space_file(path)  # raises BadInput on any value of the wrong kind

@@ -94,3 +94,17 @@ def test_every_shipped_example_spec_loads(path: Path):
 
     spec = load_spec(path)
     assert resolve_space_path(spec, path).exists()
+
+
+@pytest.mark.parametrize("workload, message", [
+    ({"concurrency": [4, 1_000_000]}, "concurrency 1,000,000 is more requests in flight than "
+     "one load generator can hold (at most 60,000): lower it"),
+    ({"arrival": "poisson", "request_rates": [1e9]}, "request rate 1e+09/s is more than the "
+     "load generator can send"),
+    ({"requests_per_level": 10_000_000}, "the sweep sends 20,000,020 requests"),
+    ({"input_len": 10**9}, "workload.input_len"),
+])
+def test_a_load_beyond_what_a_load_generator_holds_is_one_line(tmp_path, workload, message):
+    with pytest.raises(BadInput) as e:
+        load(tmp_path, **workload)
+    assert message in str(e.value) and "\n" not in str(e.value)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tuner.spec.errors import EXIT_INTERRUPTED, BadInput, NoResult, TunerError
+from tuner.spec.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput, NoResult, TunerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to serve an LLM by launching real serving trials.")
@@ -108,19 +108,22 @@ def _store(url: str):
         raise BadInput(str(e)) from e
 
 
-def main() -> None:
-    """Run the app. Exit statuses: 0 ok; 2 bad input (a spec, flag, file or database that cannot
-    be used as given); 3 no result (no trial met the SLA); 130 interrupted."""
+def main(argv: list[str] | None = None) -> None:
+    """Run the app on `argv` (default: the command line) and exit with tuner's status: 0 ok;
+    1 an unexpected error inside a trial (recorded on it); 2 bad input (a spec, flag, file or
+    database that cannot be used as given); 3 no result (no trial met the SLA); 130 interrupted.
+
+    This is the one boundary where an expected failure becomes one line on stderr and its
+    status; anything else is a bug and keeps its traceback."""
     try:
         # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM during a study) into exit code 130
         # and, outside standalone mode, returns it rather than exiting.
-        code = app(standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except TunerError as e:
-        err.print(f"error: {e}")
-        sys.exit(e.exit_code)
+        _fail(str(e), e.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted: the running trial was stopped and recorded as failed")
-        sys.exit(EXIT_INTERRUPTED)
+        _fail("interrupted: the running trial was stopped and recorded as failed",
+              EXIT_INTERRUPTED, prefix="")
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except Exception as e:  # click usage errors come through here in standalone_mode=False
@@ -128,15 +131,46 @@ def main() -> None:
         if isinstance(e, usage):
             message = e.format_message()
             if message:  # bare `tuner` printed its help already
-                err.print(f"error: {message}")
-            sys.exit(2)
+                err.print(f"error: {' '.join(message.split())}")
+            sys.exit(EXIT_BAD_INPUT)
         if isinstance(e, abort):
             sys.exit(EXIT_INTERRUPTED)
-        raise
+        line = expected_failure(e)
+        if line is None:
+            raise
+        _fail(line, EXIT_BAD_INPUT)
     if code == EXIT_INTERRUPTED:
         err.print("interrupted: the running trial was stopped and recorded as failed")
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _fail(message: str, status: int, prefix: str = "error: ") -> None:
+    err.print(prefix + " ".join(message.split()), markup=False)
+    sys.exit(status)
+
+
+def expected_failure(e: BaseException) -> str | None:
+    """The one line for a failure that is the input's or the machine's rather than a bug in
+    tuner (a database that cannot be written, a file that cannot be read), or None."""
+    from optuna.exceptions import StorageInternalError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuner.store import StoreError
+
+    if isinstance(e, StoreError):
+        return str(e)
+    if isinstance(e, StorageInternalError | SQLAlchemyError):
+        cause = e.__cause__ or e.__context__ or e
+        first = (str(getattr(cause, "orig", None) or cause).splitlines() or [""])[0]
+        return (f"the study database cannot be used as given ({first}): check that it is "
+                "writable, not locked by another program, and reachable, then re-run")
+    if isinstance(e, UnicodeError):
+        return f"a file is not UTF-8 text ({e}): save it as UTF-8"
+    if isinstance(e, OSError):
+        where = f" {e.filename}" if e.filename else ""
+        return f"cannot use{where}: {e.strerror or e}: check the path and its permissions"
+    return None
 
 
 def _click_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:

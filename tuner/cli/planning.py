@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -101,4 +102,5 @@ def _refit(name: str, storage: str | None, start, out_path: Path | None) -> None
     for k, v in result.calibration.factors.items():
         if abs(v - start[k]) > 1e-3 * abs(start[k]):
             out.print(f"  {k}: {start[k]:.4g} -> {v:.4g}")
-    out.print(f"written to {path}; use it with `tuner plan STUDY.yaml --calibration {path}`")
+    out.print(f"written to {path}; use it with `tuner plan STUDY.yaml --calibration "
+              f"{shlex.quote(str(path))}`")

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tuner.cli.app import StorageOpt, StudyOpt, _print_best, _print_trials, _say, app, out
+from tuner.cli.app import StorageOpt, StudyOpt, _open, _print_best, _print_trials, _say, app, out
 from tuner.spec.errors import BadInput
 
 
@@ -84,14 +85,18 @@ def confirm(
     """Re-run the best trials of a study, each in a fresh server; the winner is the best
     confirmed one, exported with both runs."""
     from tuner.search.context import prepare
-    from tuner.spec.study_spec import load_spec
+    from tuner.spec.study_spec import DEFAULT_STORAGE, load_spec
     from tuner.store import mask_url
 
     spec = load_spec(spec_path)
+    # The study must exist already: looked up without creating a database where none is.
+    url, name = storage or spec.storage or DEFAULT_STORAGE, study_name or spec.name
+    with _open(url) as store:
+        if store.get_study(name) is None:
+            raise BadInput(f"study {name} is not in {mask_url(url)}: run `tuner run "
+                           f"{shlex.quote(str(spec_path))}` first, or pass --study-name / "
+                           "--storage")
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
-    if ctx.store.get_study(ctx.name) is None:
-        raise BadInput(f"study {ctx.name} is not in {mask_url(ctx.storage_url)}: run `tuner run "
-                       f"{spec_path}` first, or pass --study-name / --storage")
     _confirm(ctx, top, again=again)
     _finish(ctx, export_dir)
 
@@ -124,8 +129,6 @@ def _finish(ctx, export_dir: Path | None) -> None:
 
 def _create_only(spec, spec_path: Path, storage: str | None, study_name: str | None,
                  n_trials: int | None) -> None:
-    import shlex
-
     from tuner.search.bridge import load_or_create_study
     from tuner.search.context import prepare
     from tuner.store import mask_url

@@ -1,10 +1,13 @@
 """A study made ready to run: everything it needs, validated in an order that touches nothing
-until it all holds (the spec's space, engine, devices, port, prompt file, store and model)."""
+until it all holds (the spec's space, engine, devices, port, prompt file, model and prompts; the
+store last, so no database file or study row is made for a study that cannot run)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import resource
+import shlex
 import shutil
 import sys
 import threading
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
+from tuner.measure.prompts import longest, sweep_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
@@ -114,13 +118,56 @@ def check_prompt_file(spec: StudySpec) -> None:
             raise BadInput(str(e)) from e
 
 
+def check_prompts(spec: StudySpec, model_dir: Path, vocab_size: int) -> None:
+    """The sweep's prompts can be made for this model (the corpus holds input_len tokens of its
+    tokenizer, a prompt file has prompts that fit, the tokenizer is there), checked on the
+    handful of prompts one level's first round needs, by the code that makes them for a trial."""
+    w = spec.workload
+    probe = w.model_copy(update={"concurrency": [1], "requests_per_level": 1, "max_rounds": 1,
+                                 "warmup_requests": 0,
+                                 "request_rates": [1.0] if w.request_rates else None})
+    try:
+        sweep_prompts(probe, model_dir, vocab_size)
+    except BadInput:
+        raise
+    except Exception as e:  # the tokenizer library raises its own, bare Exceptions
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise BadInput(f"workload: the prompts of prompt_source {w.prompt_source} cannot be "
+                       f"made for model.path {spec.model.path} ({first}): lower input_len, or "
+                       "use prompt_source synthetic") from e
+
+
+def check_lengths(spec: StudySpec, shape: ModelShape) -> None:
+    """A request's prompt and output must fit the model's context, or every request of every
+    trial is refused by a server that took a minute to start."""
+    w = spec.workload
+    context = shape.max_position_embeddings
+    need = longest(w.input_len, w.range_ratio) + longest(w.output_len, w.range_ratio)
+    if isinstance(context, int) and need > context:
+        raise BadInput(f"workload.input_len + output_len: a request needs up to {need:,} tokens "
+                       f"and the model's context holds {context:,} (max_position_embeddings): "
+                       "lower input_len or output_len")
+
+
+def check_connections(spec: StudySpec) -> None:
+    """Each request in flight holds a connection, a file of this process: a level beyond the
+    process's open-file limit would be stored under a concurrency it never ran at."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max(spec.workload.concurrency) + 256  # the database, logs, the server's pipes
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        raise BadInput(f"workload.concurrency {max(spec.workload.concurrency):,} needs about "
+                       f"{needed:,} open files and this process may open {soft:,}: raise the "
+                       f"limit (`ulimit -n {needed}`) or lower the level")
+
+
 def ensure_model(spec: StudySpec, say: Say) -> Path:
     path = Path(spec.model.path).expanduser()
     if not path.exists():
         if spec.model.generate is None:
             raise BadInput(
                 f"model.path {spec.model.path} does not exist: create it with "
-                f"`tuner model tiny --out {spec.model.path}` or add `generate: tiny-gpt-oss`"
+                f"`tuner model tiny --out {shlex.quote(spec.model.path)}` or add "
+                "`generate: tiny-gpt-oss`"
             )
         from tuner.serve.tiny_model import GENERATORS
 
@@ -185,6 +232,7 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     adapter = get_adapter(spec.engine.name)
     check_space(spec, space, adapter)
     check_prompt_file(spec)
+    check_connections(spec)
     inventory = bind_ranks(_inventory(spec, devices), spec.hardware.cores_per_rank,
                            sorted({adapter.world_size(c) for c in _cpu_space(space, gpu)}))
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
@@ -196,10 +244,12 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
             f"engine.port {spec.engine.port} is in use: stop what holds it or leave engine.port "
             "out to use a free port"
         )
-    store = store or open_store(url)
     model_dir = ensure_model(spec, say)
     shape = model_shape(spec, model_dir)
+    check_lengths(spec, shape)
+    check_prompts(spec, model_dir, shape.vocab_size)
     settings = engine_settings(spec, executable, str(model_dir))
+    store = store or open_store(url)  # last: a database is created only once all holds
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
         settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,

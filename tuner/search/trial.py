@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
@@ -41,6 +43,8 @@ from tuner.search.rules import (
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
+from tuner.spec.errors import TrialError, error_text
+from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement
 
 
@@ -208,13 +212,22 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         result.failure_kind, result.failure_reason = f.kind, f.reason
         ctx.say(f"  failed ({f.kind}): {f.reason}")
         log_tail = f.log_tail
-    except BaseException:  # Ctrl-C, SIGTERM: record (the server is already stopped), propagate
+    except (KeyboardInterrupt, SystemExit, StoreError, UpdateFinishedTrialError):
+        # Ctrl-C, SIGTERM, the stop event, or another worker that took this one for dead:
+        # record (the server is already stopped), propagate.
         ctx.store.finish_trial(trial_id, state="failed", failure_kind="interrupted",
                                failure_reason="interrupted: the tuner was stopped",
                                log_tail=read_log_tail(str(server.log_path)), measurements=levels)
         trial.set_user_attr("failure_kind", "interrupted")
         study.tell(trial, state=TrialState.FAIL)
         raise
+    except Exception as e:  # a bug, not the configuration's verdict: record it, stop the study
+        ctx.store.finish_trial(trial_id, state="failed", failure_kind="error",
+                               failure_reason=error_text(e), log_tail=traceback.format_exc(),
+                               measurements=levels)
+        trial.set_user_attr("failure_kind", "error")
+        study.tell(trial, state=TrialState.FAIL)
+        raise TrialError(trial.number, e) from e
     result.measurements = levels
     ctx.store.finish_trial(
         trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,

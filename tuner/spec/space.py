@@ -28,25 +28,71 @@ from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.yamlio import load_model, read_yaml
 
-# Canonical trial parameters: engine-neutral names the adapters map to flags.
-CANONICAL_PARAMETERS = {
-    "tensor_parallel_size": "degree of tensor parallelism (the GPUs of one server for TRT-LLM)",
-    "data_parallel_size": "vLLM data-parallel ranks (attention DP when experts are parallel)",
-    "enable_expert_parallel": "vLLM: spread MoE experts over the TP x DP ranks",
-    "expert_parallel_size": "TRT-LLM / SGLang: ranks the MoE experts are spread over",
-    "enable_attention_dp": "TRT-LLM / SGLang: attention data-parallel across the ranks (DEP)",
-    "attention_dp_batching_wait_iters": "TRT-LLM: iterations attention-DP balancing may wait",
-    "attention_dp_timeout_iters": "TRT-LLM: iterations before attention-DP balancing gives up",
-    "moe_backend": "the MoE kernel family",
-    "moe_activation": "vLLM: MoE activation precision (bf16, or mxfp8 on Blackwell kernels)",
-    "max_batch_size": "most sequences in a batch (vLLM max-num-seqs)",
-    "max_num_tokens": "most tokens in one scheduler step (vLLM max-num-batched-tokens)",
-    "kv_cache_dtype": "KV-cache element type (auto, fp8)",
-    "gpu_memory_fraction": "share of GPU memory for weights + KV (vLLM) or for KV (TRT-LLM)",
-    "speculative_method": "none, ngram (model-free) or eagle3 (draft model from the spec)",
-    "num_speculative_tokens": "draft length of speculative decoding",
-    "prompt_lookup_max": "n-gram speculation: longest n-gram looked up in the prompt",
+# What a parameter's values are: each kind names its check and how to say it in an error.
+COUNT, ITERATIONS, FLAG, NAME, FRACTION = "count", "iterations", "flag", "name", "fraction"
+KINDS = {
+    COUNT: "positive integers (e.g. 16)",
+    ITERATIONS: "integers from 0 (e.g. 50)",
+    FLAG: "true or false",
+    NAME: "names (e.g. auto)",
+    FRACTION: "fractions in (0, 1] (e.g. 0.9)",
 }
+
+# Canonical trial parameters: engine-neutral names the adapters map to flags, each with its kind.
+CANONICAL_PARAMETERS = {
+    "tensor_parallel_size": (COUNT, "degree of tensor parallelism (the GPUs of one server for "
+                             "TRT-LLM)"),
+    "data_parallel_size": (COUNT, "vLLM data-parallel ranks (attention DP when experts are "
+                           "parallel)"),
+    "enable_expert_parallel": (FLAG, "vLLM: spread MoE experts over the TP x DP ranks"),
+    "expert_parallel_size": (COUNT, "TRT-LLM / SGLang: ranks the MoE experts are spread over"),
+    "enable_attention_dp": (FLAG, "TRT-LLM / SGLang: attention data-parallel across the ranks "
+                            "(DEP)"),
+    "attention_dp_batching_wait_iters": (ITERATIONS, "TRT-LLM: iterations attention-DP "
+                                         "balancing may wait"),
+    "attention_dp_timeout_iters": (ITERATIONS, "TRT-LLM: iterations before attention-DP "
+                                   "balancing gives up"),
+    "moe_backend": (NAME, "the MoE kernel family"),
+    "moe_activation": (NAME, "vLLM: MoE activation precision (bf16, or mxfp8 on Blackwell "
+                       "kernels)"),
+    "max_batch_size": (COUNT, "most sequences in a batch (vLLM max-num-seqs)"),
+    "max_num_tokens": (COUNT, "most tokens in one scheduler step (vLLM max-num-batched-tokens)"),
+    "kv_cache_dtype": (NAME, "KV-cache element type (auto, fp8)"),
+    "gpu_memory_fraction": (FRACTION, "share of GPU memory for weights + KV (vLLM) or for KV "
+                            "(TRT-LLM)"),
+    "speculative_method": (NAME, "none, ngram (model-free) or eagle3 (draft model from the spec)"),
+    "num_speculative_tokens": (COUNT, "draft length of speculative decoding"),
+    "prompt_lookup_max": (COUNT, "n-gram speculation: longest n-gram looked up in the prompt"),
+}
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == FLAG:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # YAML's true is no size
+        return False
+    if kind in (COUNT, ITERATIONS):
+        return isinstance(value, int) and value >= (1 if kind == COUNT else 0)
+    if kind == FRACTION:
+        return isinstance(value, int | float) and 0 < value <= 1
+    return isinstance(value, str) and value != ""
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why `value` cannot be a value of canonical parameter `name`, or None."""
+    kind = CANONICAL_PARAMETERS[name][0]
+    if _fits(kind, value):
+        return None
+    hint = f": write {value}" if isinstance(value, str) and _fits(kind, _unquoted(value)) else ""
+    return f"{name} value {value!r} is not one of its values, which are {KINDS[kind]}{hint}"
+
+
+def _unquoted(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
 
 # Short names for one-line descriptions of a configuration (CLI tables, dashboard).
 SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
@@ -109,14 +155,23 @@ class ParameterDecl(BaseModel):
 
 
 def _check_parameters(parameters: dict[str, ParameterDecl]) -> dict[str, ParameterDecl]:
+    """Known names, values of each parameter's kind (a string where a size belongs is caught
+    here, not by an engine at launch), conditions on earlier parameters with their kinds."""
     declared: list[str] = []
     for name, decl in parameters.items():
         if name not in CANONICAL_PARAMETERS:
             raise ValueError(f"unknown parameter {name!r}: use one of "
                              f"{', '.join(CANONICAL_PARAMETERS)}")
-        for ref in decl.when:
+        lists = decl.values.values() if isinstance(decl.values, dict) else [decl.values]
+        for value in (v for values in lists for v in values):
+            if (problem := value_problem(name, value)) is not None:
+                raise ValueError(problem)
+        for ref, want in decl.when.items():
             if ref not in declared:
                 raise ValueError(f"{name}.when names {ref!r}, which is not declared before it")
+            for value in want if isinstance(want, list) else [want]:
+                if (problem := value_problem(ref, value)) is not None:
+                    raise ValueError(f"{name}.when: {problem}")
         declared.append(name)
     return parameters
 

@@ -16,6 +16,21 @@ from tuner.spec.yamlio import load_model, read_yaml
 
 DEFAULT_STORAGE = "sqlite:///tuner.db"
 
+# Engine options are what an engine's config file or command line takes: scalars, and lists or
+# mappings of them where an engine nests (TensorRT-LLM's kv_cache_config, cuda_graph_config),
+# never arbitrary YAML objects.
+Scalar = bool | int | float | str | None
+Nested = Scalar | list[Scalar] | dict[str, Scalar | list[Scalar]]
+EngineArg = Scalar | list[Scalar] | dict[str, Nested]
+
+# Upper bounds on the load, so a typo cannot ask for what no load generator or node holds: a
+# level of more requests in flight than one client has ports for, more requests per second than
+# the load generator can send, a sweep of more prompts than fit in memory.
+MAX_CONCURRENCY = 60_000
+MAX_REQUEST_RATE = 100_000.0
+MAX_TOKENS_PER_REQUEST = 1_048_576
+MAX_SWEEP_PROMPTS = 1_000_000
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -47,7 +62,7 @@ class EngineSpec(_Strict):
     executable: str | None = Field(
         None, description="The engine's command, on PATH or a path (default: vllm, trtllm-serve)."
     )
-    args: dict[str, Any] = Field(
+    args: dict[str, EngineArg] = Field(
         default_factory=dict,
         description="Fixed engine options for every trial, keyed as in the engine's config file "
         "(vLLM: long flag names, e.g. max-model-len).",
@@ -89,12 +104,13 @@ class WorkloadSpec(_Strict):
         "with messages (the server applies the model's chat template)."
     )
     input_len: int = Field(
-        gt=0, description="Prompt length in tokens; for prompt_source file, the longest prompt "
-        "kept (longer ones are skipped), counted with the model's tokenizer."
+        gt=0, le=MAX_TOKENS_PER_REQUEST, description="Prompt length in tokens; for "
+        "prompt_source file, the longest prompt kept (longer ones are skipped), counted with "
+        "the model's tokenizer."
     )
     output_len: int = Field(
-        gt=0, description="Generated tokens per request; with output_len_from dataset, the cap "
-        "on each reply's length."
+        gt=0, le=MAX_TOKENS_PER_REQUEST, description="Generated tokens per request; with "
+        "output_len_from dataset, the cap on each reply's length."
     )
     range_ratio: float = Field(
         0, ge=0, lt=1, description="synthetic and corpus: each request's input and output "
@@ -134,6 +150,9 @@ class WorkloadSpec(_Strict):
     def _levels(cls, v: list[int]) -> list[int]:
         if any(c <= 0 for c in v):
             raise ValueError("concurrency levels must be positive integers")
+        if max(v) > MAX_CONCURRENCY:
+            raise ValueError(f"concurrency {max(v):,} is more requests in flight than one load "
+                             f"generator can hold (at most {MAX_CONCURRENCY:,}): lower it")
         if len(set(v)) != len(v):
             raise ValueError("concurrency levels must be distinct")
         return sorted(v)
@@ -145,6 +164,9 @@ class WorkloadSpec(_Strict):
             return None
         if not v or any(r <= 0 for r in v):
             raise ValueError("request rates must be a non-empty list of positive requests/s")
+        if max(v) > MAX_REQUEST_RATE:
+            raise ValueError(f"request rate {max(v):,g}/s is more than the load generator can "
+                             f"send (at most {MAX_REQUEST_RATE:,.0f}/s): lower it")
         if len(set(v)) != len(v):
             raise ValueError("request rates must be distinct")
         return sorted(v)
@@ -169,6 +191,11 @@ class WorkloadSpec(_Strict):
             raise ValueError("arrival poisson needs request_rates: e.g. [2, 4, 8] requests/s")
         if self.arrival == "concurrency" and self.request_rates is not None:
             raise ValueError("request_rates apply to arrival poisson: set it or remove them")
+        if self.prompts_needed() > MAX_SWEEP_PROMPTS:
+            raise ValueError(f"the sweep sends {self.prompts_needed():,} requests (levels x "
+                             "(warmup_requests + requests_per_level x max_rounds + concurrency)), "
+                             f"more than {MAX_SWEEP_PROMPTS:,}: lower requests_per_level or "
+                             "max_rounds")
         return self
 
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -12,31 +12,76 @@ from tuner.spec.errors import BadInput
 
 M = TypeVar("M", bound=BaseModel)
 
+# More values than any spec or space holds. YAML aliases can make a few lines expand to billions
+# of values (or a cycle) once the document is walked, validated or stored; this caps the walk.
+MAX_VALUES = 10_000
+
 
 def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise BadInput(f"{what} {path} does not exist: check the path")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{what} {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from e
     except (OSError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise BadInput(f"{what} {path} is not readable YAML ({first}): fix the file") from e
+    except RecursionError as e:
+        raise BadInput(f"{what} {path} nests too deeply to read: flatten it") from e
     if not isinstance(data, dict):
         raise BadInput(f"{what} {path} must be a YAML mapping of fields, not {type(data).__name__}")
+    if _too_many_values(data):
+        raise BadInput(f"{what} {path} expands to more than {MAX_VALUES:,} values (YAML aliases "
+                       "*name repeat what they point to): write the values out without aliases")
     return data
 
 
+def _too_many_values(data: Any) -> bool:
+    """Whether walking `data` (aliases expanded, as serialising it would) meets more than
+    MAX_VALUES values; stops counting there, so a cycle or an exponential alias costs little."""
+    seen, stack = 0, [data]
+    while stack:
+        seen += 1
+        if seen > MAX_VALUES:
+            return True
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set):
+            stack.extend(item)
+    return False
+
+
 def validation_message(e: ValidationError, source: str) -> str:
-    """The first validation error as `source: field.path: message`."""
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    """The first validation error as `source: field.path: message`. Pydantic's names for the
+    branches of a union (`list[...]`, `int`) are left out of the path: a value that fits none of
+    the types a field takes is said so once, with the value."""
+    errors = e.errors()
+    err = errors[0]
+    loc = [str(p) for p in err["loc"] if not _union_branch(p)]
+    where = ".".join(loc) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = "unknown field: remove it or check its spelling"
     elif err["type"] == "missing":
         msg = "required field is missing: add it"
-    more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-    return f"{source}: {where}: {msg}{more}"
+    elif len(loc) < len(err["loc"]):
+        msg = f"{_short(err.get('input'))} is not a value this field takes"
+    places = {tuple(str(p) for p in x["loc"] if not _union_branch(p)) for x in errors}
+    more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+    return " ".join(f"{source}: {where}: {msg}{more}".split())
+
+
+def _union_branch(part: object) -> bool:
+    return isinstance(part, str) and ("[" in part or part in {"bool", "int", "float", "str",
+                                                              "list", "dict", "none"})
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def load_model(model: type[M], data: dict, source: str) -> M:

@@ -85,11 +85,12 @@ class LevelMeasurement:
 # The budget rule, written once: the store's atomic claim (in SQL) and every count of launched
 # trials (the study loop, the dashboard) use these. A trial counts once it launched a server
 # and reached a verdict of its own; an interrupted trial was cut short by the tuner, not by its
-# configuration, so it does not count and the study runs another in its place. A running trial
+# configuration, and an `error` trial by a bug in tuner, so neither counts and the study runs
+# another in its place. A running trial
 # counts as a claim while it runs. A pruned trial launched and was measured until it was clearly
 # below the incumbent: it spent the budget like any other.
 BUDGET_STATES = ("complete", "failed", "pruned")
-NOT_COUNTED_FAILURES = ("interrupted",)
+NOT_COUNTED_FAILURES = ("interrupted", "error")
 
 
 # Failures that may be the node's rather than the configuration's (a slow start, a stall, a
