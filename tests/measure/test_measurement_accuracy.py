@@ -11,8 +11,8 @@ Random(seed), so the test can replay the very delays it injected to the requests
 timed (each result carries its place in the sends, and sends arrive in that order): the
 comparison is with those, not a bet on the machine's speed. Which requests are timed depends on
 timing (the closed loop's workers never stop, and a request that spans a round's start is left
-out), so the intervals are checked against the injected sample's own; that the seed's draws
-cover the true mean is checked from the replayed draws alone (no timing involved).
+out), so the intervals are checked to be the measured rounds' own batch means (exactly), and
+that the seed's draws cover the true mean from the replayed draws alone (no timing involved).
 """
 
 from __future__ import annotations
@@ -74,18 +74,19 @@ def test_the_means_are_within_5_percent_of_the_injected_delays(level):
     assert m.ttft_p50_ms == pytest.approx(statistics.median(ttft) * 1000, rel=0.05)
 
 
-def test_the_95_percent_intervals_are_the_injected_rounds_own(level):
-    # Batch means: the interval comes from the rounds' means, as the injected delays of each
-    # round's timed requests give them.
+def test_the_95_percent_intervals_take_the_rounds_as_samples(level):
+    # Batch means: the interval comes from the rounds' means (requests in flight together share
+    # batches; rounds nearly do not), not from the requests as if independent. Checked on the
+    # measured requests themselves, so no machine's timing enters the verdict.
     from tuner.measure.stats import mean_ci
 
     run, m = level
-    every = draws(run.sent)
-    rounds = [[every[r.index] for r in rnd.results] for rnd in run.rounds]
-    ttft_means = [statistics.fmean(t for t, _ in rnd) * 1000 for rnd in rounds]
-    itl_means = [statistics.fmean(i for _, i in rnd) * 1000 for rnd in rounds]
-    assert m.ttft_mean_ci95_ms == pytest.approx(mean_ci(ttft_means)[1], rel=0.10, abs=1.0)
-    assert m.itl_mean_ci95_ms == pytest.approx(mean_ci(itl_means)[1], rel=0.10, abs=0.3)
+    ttft_means = [statistics.fmean(r.ttft_s for r in rnd.results) * 1000 for rnd in run.rounds]
+    itl_means = [statistics.fmean(statistics.fmean(r.itl_s) for r in rnd.results) * 1000
+                 for rnd in run.rounds]
+    assert m.ttft_mean_ci95_ms == pytest.approx(mean_ci(ttft_means)[1], rel=1e-6)
+    assert m.itl_mean_ci95_ms == pytest.approx(mean_ci(itl_means)[1], rel=1e-6)
+    assert len(run.rounds) == ROUNDS
 
 
 def test_the_seed_draws_a_sample_whose_own_interval_covers_the_truth():
