@@ -125,3 +125,10 @@ def test_every_shipped_example_spec_loads(path: Path):
 
     spec = load_spec(path)
     assert resolve_space_path(spec, path).exists()
+
+
+def test_the_load_search_example_spec_loads():
+    spec = load_spec(REPO / "examples" / "tiny-moe-auto-cpu.yaml")
+    w = spec.workload
+    assert w.auto and w.concurrency == "auto" and w.arrival == "concurrency"
+    assert (w.search.start, w.search.max, w.search.resolution) == (1, None, 0.25)
