@@ -56,6 +56,10 @@ def test_open_loop_curves_are_drawn_against_the_offered_rate(url):
     assert curves.load == "req/s"
     assert curves.frame["load"].tolist() == [2.0, 4.0, 8.0]
     assert curves.frame["cap engaged"].tolist() == [False, False, True]
+    # The trial page's level table puts the delivered rate beside the offered one.
+    rows = dd.levels_frame(dd.open_store(url).trial("s", 0))
+    assert rows[["rate req/s", "sent req/s", "waited for cap"]].values.tolist() == [
+        [2.0, 1.98, 0], [4.0, 3.96, 0], [8.0, 7.92, 12]]
 
 
 def test_no_measured_level_means_no_curve(url):
