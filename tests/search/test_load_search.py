@@ -99,10 +99,11 @@ def test_bounds_must_be_positive():
 
 # ---------------------------------------------------------------- a study, the fake engine
 
-# Each token's gap grows 10 ms per request in flight over a 20 ms base: per-user speed is
-# 1 / (0.02 + 0.01 c) tok/s (c=4: 16.7, c=6: 12.5, c=8: 10) and throughput c times that, so
-# under a 14 tok/s floor c=4 meets the SLA and c=6 misses it, each by a wide margin.
-LOAD_MODEL = {"default": {"ttft_s": 0.01, "itl_s": 0.02, "itl_per_in_flight_s": 0.01}}
+# Each token's gap grows 25 ms per request in flight over a 50 ms base: per-user speed is
+# 1 / (0.05 + 0.025 c) tok/s (c=4: 6.7, c=5: 5.7, c=6: 5.0) and throughput c times that, so
+# under a 5.7 tok/s floor c=4 meets the SLA and c=6 misses it, each by 25 ms a token: far more
+# than a busy machine adds to a gap.
+LOAD_MODEL = {"default": {"ttft_s": 0.01, "itl_s": 0.05, "itl_per_in_flight_s": 0.025}}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +114,8 @@ def auto_study(tmp_path_factory):
 
     tmp_path = tmp_path_factory.mktemp("auto")
     ctx = landscape_study(tmp_path, LOAD_MODEL, [4, 16], n_trials=2, workload={
-        "concurrency": "auto", "load_search": {"resolution": 0.5}})
-    ctx.spec.sla = SLASpec(ttft_p90_ms=1000, min_tok_s_per_user_p90=14)
+        "concurrency": "auto", "load_search": {"resolution": 0.5}}, trial_timeout_s=180)
+    ctx.spec.sla = SLASpec(ttft_p90_ms=1000, min_tok_s_per_user_p90=5.7)
     loop.run_study(ctx, n_trials=2)
     yield {t.params["max_batch_size"]: t for t in ctx.store.trials(ctx.name)}, ctx
     ctx.store.close()
