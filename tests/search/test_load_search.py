@@ -163,3 +163,17 @@ def test_a_spec_with_concurrency_auto_and_no_max_batch_anywhere_is_refused(tmp_p
         sweep_for(ctx, {})
     assert sweep_for(ctx, {"max_batch_size": 4}).cap == 4
     ctx.store.close()
+
+
+def test_a_crashed_trial_keeps_its_failure_not_a_load_search_verdict(tmp_path):
+    from tests.search.test_loop import landscape_study
+    from tuner.search import loop
+
+    ctx = landscape_study(tmp_path, {**LOAD_MODEL, "rules": [
+        {"match": {"max-num-seqs": 4}, "fail": "crash"}]}, [4], n_trials=1,
+        workload={"concurrency": "auto"})
+    loop.run_study(ctx, n_trials=1)
+    (trial,) = ctx.store.trials(ctx.name)
+    assert (trial.state, trial.failure_kind) == ("failed", "crash")
+    assert (trial.load_at_sla, trial.load_search) == (None, None)
+    ctx.store.close()

@@ -249,7 +249,9 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
         repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
         monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
     )
-    if sweep.search is not None and not sweep.unfinished(levels):
+    # A level where every request failed is a dead server, not a load that missed the SLA.
+    served = bool(levels) and levels[-1].errors < levels[-1].requests
+    if sweep.search is not None and served and not sweep.unfinished(levels):
         ctx.say(f"  load search: {sweep.outcome(levels)[1]}")
     return levels
 
@@ -304,7 +306,8 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         study.tell(trial, state=TrialState.FAIL)
         raise
     result.measurements = levels
-    load_at_sla, searched = sweep.outcome(levels)
+    # A failed trial's search says nothing of its load: its failure is the reason kept.
+    load_at_sla, searched = (None, None) if result.state == "failed" else sweep.outcome(levels)
     ctx.store.finish_trial(
         trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
         failure_kind=result.failure_kind, failure_reason=result.failure_reason,
