@@ -282,6 +282,39 @@ def progress_chart(frame: pd.DataFrame, *, by: str) -> alt.Chart:
     return alt.layer(line, dots).properties(height=320).interactive()
 
 
+def load_curve_chart(curves: dd.LoadCurves, y: str, *, height: int = 340) -> alt.Chart:
+    """Each trial's load curve: load against `y` (tok/s/GPU, TTFT p90 ms or per-user p90), one
+    line per trial in order of load, filled points where the level met the SLA, a diamond at
+    the highest load that met it, and the SLA's target on `y` as a dashed rule."""
+    pts = curves.frame[curves.frame[y].notna()].copy()
+    pts["trial"] = pts["trial"].astype(str)
+    pts["SLA"] = pts["meets SLA"].map({True: "met", False: "missed"})
+    spread = pts["load"].max() / max(pts["load"].min(), 1e-9) if len(pts) else 1
+    scale = alt.Scale(type="log", base=2) if spread >= 8 else alt.Scale(zero=False)
+    x = alt.X("load:Q", title=curves.load, scale=scale)
+    yq = alt.Y(f"{y}:Q", title=y, scale=alt.Scale(zero=False))
+    color = alt.Color("trial:N", scale=alt.Scale(scheme="tableau10"),
+                      legend=alt.Legend(orient="right"))
+    tooltip = ["trial", "config", alt.Tooltip("load:Q", title=curves.load),
+               alt.Tooltip(f"{y}:Q", format=",.1f"), "SLA", "cap engaged", "load search"]
+    base = alt.Chart(pts)
+    line = base.mark_line(strokeWidth=1.5, opacity=0.7).encode(
+        x=x, y=yq, color=color, order="load:Q", detail="trial:N")
+    dots = base.mark_point(size=60, strokeWidth=1.5).encode(
+        x=x, y=yq, color=color, tooltip=tooltip,
+        fill=alt.condition("datum.SLA == 'met'", color, alt.value("transparent")))
+    marked = base.transform_filter("datum['at SLA']").mark_point(
+        shape="diamond", size=220, filled=True, opacity=0.9).encode(
+        x=x, y=yq, color=color, tooltip=tooltip)
+    layers: list[alt.Chart] = [line, dots, marked]
+    target = {"TTFT p90 ms": curves.ttft_p90_ms, dd.USER_P90: curves.min_tok_s_per_user_p90}
+    if target.get(y) is not None:
+        rule = pd.DataFrame({y: [target[y]]})
+        layers.append(alt.Chart(rule).mark_rule(color="#c62828", strokeDash=[6, 4],
+                                                strokeWidth=2).encode(y=f"{y}:Q"))
+    return alt.layer(*layers).properties(height=height).interactive()
+
+
 def importance_chart(values: dict[str, float]) -> alt.Chart:
     data = pd.DataFrame({"parameter": list(values), "importance": list(values.values())})
     return alt.Chart(data).mark_bar(color="#1565c0").encode(

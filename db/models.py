@@ -129,6 +129,9 @@ class TrialModel(Base):
     hardware: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     # Levels the sweep did not measure, each with why: [{level, concurrency, request_rate, reason}]
     skipped_levels: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
+    # A load search's highest load that met the SLA, and why it ended there (None: fixed sweep).
+    load_at_sla: Mapped[float | None] = mapped_column(Float)
+    load_search: Mapped[str | None] = mapped_column(Text)
     worker_host: Mapped[str | None] = mapped_column(String(256))
     worker_pid: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
@@ -200,6 +203,8 @@ class MeasurementModel(Base):
     run: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
     level: Mapped[int] = mapped_column(Integer, nullable=False)
     request_rate: Mapped[float | None] = mapped_column(Float)
+    achieved_request_rate: Mapped[float | None] = mapped_column(Float)
+    capped_requests: Mapped[int | None] = mapped_column(Integer)
     rounds: Mapped[int | None] = mapped_column(Integer)
     output_tok_s_ci95: Mapped[float | None] = mapped_column(Float)
     converged: Mapped[bool | None] = mapped_column(Boolean)

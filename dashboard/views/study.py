@@ -7,7 +7,8 @@ import tuner_ui as ui
 
 from tuner.report import dashboard_data as dd
 
-TABS = ["Progress", "Trials", "Failures", "Parameter importance", "Predicted vs measured"]
+TABS = ["Progress", "Trials", "Load curves", "Failures", "Parameter importance",
+        "Predicted vs measured"]
 
 
 def choose_study(storage: str, version: tuple) -> str | None:
@@ -123,6 +124,24 @@ def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
                "the objective comes from (the fastest per GPU that met the SLA).")
 
 
+def load_curves(data: dd.StudyData) -> None:
+    curves = dd.load_curves(data)
+    if curves is None:
+        st.info("No level has been measured yet: each trial's curve appears when it finishes.")
+        return
+    y = st.radio("Against load", [dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90], horizontal=True,
+                 key="curve_y")
+    st.altair_chart(ui.load_curve_chart(curves, y), width="stretch")
+    st.caption(f"Each trial's measured levels by {curves.load}: filled where the level met the "
+               "SLA, a diamond at the highest load that met it (what a `concurrency: auto` "
+               "search found; the objective is the throughput there), the SLA's target dashed.")
+    found = (curves.frame.drop_duplicates("trial")
+             .loc[lambda f: f["load search"].notna(), ["trial", "config", dd.LOAD_AT_SLA,
+                                                      "load search"]])
+    if not found.empty:
+        st.dataframe(found, hide_index=True, width="stretch")
+
+
 def failures(data: dd.StudyData) -> None:
     groups = dd.failure_groups(data)
     if not groups:
@@ -217,7 +236,8 @@ def render() -> None:
     pareto(data, summary, storage, version)
 
     views = [lambda: progress(data), lambda: trials(data, storage, version),
-             lambda: failures(data), lambda: importance(data, storage, version),
+             lambda: load_curves(data), lambda: failures(data),
+             lambda: importance(data, storage, version),
              lambda: predicted(name, storage, version)]
     for tab, draw in zip(st.tabs(TABS, key="view", bind="query-params"), views, strict=True):
         with tab:

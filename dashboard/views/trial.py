@@ -47,6 +47,8 @@ def render() -> None:
         where = (f"{skipped['request_rate']:g} req/s" if skipped.get("request_rate") is not None
                  else f"c={skipped['concurrency']}")
         st.caption(f"{where} {skipped['reason']}")
+    if trial.load_search is not None:
+        st.caption(f"load search: {trial.load_search}")
 
     cols = st.columns(5)
     cols[0].metric(dd.TOK_GPU, ui.fmt(trial.objective))
@@ -89,6 +91,11 @@ def render() -> None:
         levels = ui.rounded(dd.levels_frame(trial))
         st.dataframe(levels, hide_index=True, width="stretch",
                      column_config=ui.number_columns(levels))
+        curves = dd.load_curves(dd.StudyData(data.study, [trial]))
+        if curves is not None and len(curves.frame) > 1:
+            y = st.radio("Load curve", [dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90],
+                         horizontal=True, key="curve_y")
+            st.altair_chart(ui.load_curve_chart(curves, y, height=280), width="stretch")
     else:
         st.info("No level was measured.")
     if trial.confirm_state is not None:

@@ -27,7 +27,8 @@ from tuner.store import Store  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboard" / "app.py"
 PAGES = ("views/overview.py", "views/study.py", "views/compare.py", "views/trial.py")
-STUDY_TABS = ("Progress", "Trials", "Failures", "Parameter importance", "Predicted vs measured")
+STUDY_TABS = ("Progress", "Trials", "Load curves", "Failures", "Parameter importance",
+              "Predicted vs measured")
 
 
 def open_page(monkeypatch, url: str, page: str = "views/overview.py", **query: str) -> AppTest:
@@ -210,10 +211,40 @@ def test_every_study_tab_renders(monkeypatch, tmp_path, tab):
     at = show_tab(open_page(monkeypatch, url, "views/study.py", study="s"), tab)
     page = text(at)
     expected = {"Progress": "best figure so far", "Trials": "of 4 trials",
+                "Load curves": "a diamond at the highest load that met it",
                 "Failures": "Segfault encountered in fused_moe_impl",
                 "Parameter importance": "rough hint",
                 "Predicted vs measured": "No predictions are stored for this study"}[tab]
     assert expected in page
+
+
+def test_the_load_curves_tab_draws_each_trials_curve_and_what_its_search_found(monkeypatch,
+                                                                              tmp_path):
+    from tests.report.test_load_curves import SEARCH, searched_study
+
+    url = sqlite_url(tmp_path / "tuner.db")
+    searched_study(url)
+    at = show_tab(open_page(monkeypatch, url, "views/study.py", study="s"), "Load curves")
+    before = charts(at)
+    found = at.dataframe[-1].value
+    assert found["trial"].tolist() == [0] and found["load search"].tolist() == [SEARCH]
+    assert found[dd.LOAD_AT_SLA].tolist() == [8]
+    for y in ("TTFT p90 ms", dd.USER_P90):  # the same curves against latency and per user
+        at.radio(key="curve_y").set_value(y).run()
+        assert_clean(at)
+        assert charts(at) == before >= 1
+
+
+def test_a_searched_trials_page_draws_its_curve_and_says_what_the_search_found(monkeypatch,
+                                                                             tmp_path):
+    from tests.report.test_load_curves import SEARCH, searched_study
+
+    url = sqlite_url(tmp_path / "tuner.db")
+    searched_study(url)
+    at = open_page(monkeypatch, url, "views/trial.py", study="s", trial="0")
+    assert f"load search: {SEARCH}" in text(at)
+    assert charts(at) >= 1
+    assert at.dataframe[1].value["concurrency"].tolist() == [1, 2, 4, 8, 16, 12]
 
 
 def test_trial_page_shows_config_plan_levels_and_exports(monkeypatch, tmp_path):

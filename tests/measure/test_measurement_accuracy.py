@@ -109,17 +109,29 @@ def test_repeats_report_rounds_and_an_interval_for_throughput(level):
 # open loop: a request is timed from its scheduled arrival, so a queue shows in its TTFT
 
 
-def queued_ttfts(arrivals: list[float], slots: int, service_s: float) -> list[float]:
-    """TTFT of each arrival through `slots` servers of fixed service time, first come first
-    served (the first token comes at the end of service: one-token responses)."""
+def queued_starts(arrivals: list[float], slots: int, service_s: float) -> list[float]:
+    """When each arrival begins service through `slots` servers of fixed service time, first
+    come first served."""
     free = [0.0] * slots
     out = []
     for t in arrivals:
         i = min(range(slots), key=free.__getitem__)
-        begin = max(t, free[i])
-        free[i] = begin + service_s
-        out.append(begin - t + service_s)
+        out.append(max(t, free[i]))
+        free[i] = out[-1] + service_s
     return out
+
+
+def queued_ttfts(arrivals: list[float], slots: int, service_s: float) -> list[float]:
+    """TTFT of each arrival through `slots` servers of fixed service time (the first token comes
+    at the end of service: one-token responses)."""
+    return [begin - t + service_s
+            for t, begin in zip(arrivals, queued_starts(arrivals, slots, service_s), strict=True)]
+
+
+def schedule(rate: float, n: int, seed: int) -> list[float]:
+    """The arrival times run_sweep schedules for its first level."""
+    gaps = itertools.islice(poisson_gaps(rate, random.Random(seed * 1_000_003)), n - 1)
+    return list(itertools.accumulate(gaps, initial=0.0))
 
 
 @pytest.mark.parametrize("load", [0.8, 1.2])
@@ -134,10 +146,48 @@ def test_open_loop_ttft_includes_the_queue_the_offered_load_builds(load):
     with serve_in_process(Script(ttft_s=service_s, tokens=1)) as (url, _pid):
         (run,) = run_sweep(url, "m", PROMPTS, [slots], requests_per_level=n, output_len=1,
                            warmup_requests=0, request_timeout_s=60, rates=[rate], seed=seed)
-    gaps = list(itertools.islice(poisson_gaps(rate, random.Random(seed * 1_000_003)), n - 1))
-    expected = queued_ttfts(list(itertools.accumulate(gaps, initial=0.0)), slots, service_s)
+    expected = queued_ttfts(schedule(rate, n, seed), slots, service_s)
     measured = statistics.mean(r.ttft_s for r in run.results if r.ok)
     assert len([r for r in run.results if r.ok]) == n
     assert measured == pytest.approx(statistics.mean(expected), rel=0.10)
     if load > 1:  # the queue is real: well above the service time alone
         assert statistics.mean(expected) > 1.3 * service_s
+
+
+def test_the_achieved_rate_and_the_caps_engagement_are_measured_beside_the_offered_rate():
+    # 120% of capacity through a cap of 4 slots: the queue the schedule builds holds sends
+    # back, so they go out at the service's rate, not the offered one, and the level says how
+    # many waited (a 0.5 s service, as above, so a busy machine's late wake-ups stay small).
+    service_s, slots, n, seed = 0.5, 4, 40, 5
+    rate = 1.2 * slots / service_s
+    arrivals = schedule(rate, n, seed)
+    starts = queued_starts(arrivals, slots, service_s)
+    waited = sum(begin > t for t, begin in zip(arrivals, starts, strict=True))
+    with serve_in_process(Script(ttft_s=service_s, tokens=1)) as (url, _pid):
+        (run,) = run_sweep(url, "m", PROMPTS, [slots], requests_per_level=n, output_len=1,
+                           warmup_requests=0, request_timeout_s=60, rates=[rate], seed=seed)
+    m = summarize_level(run, 1, SLA())
+    assert m.request_rate == rate
+    assert m.achieved_request_rate == pytest.approx((n - 1) / starts[-1], rel=0.10)
+    assert m.achieved_request_rate < 0.9 * rate
+    assert m.cap_engaged and m.capped_requests == pytest.approx(waited, rel=0.2)
+
+
+def test_an_open_loop_under_its_cap_delivers_the_offered_schedule():
+    # A cap of 64 against 1 ms requests at 20/s: it never fills.
+    rate, n, seed = 20.0, 20, 3
+    with serve_in_process(Script(ttft_s=0.001, tokens=1)) as (url, _pid):
+        (run,) = run_sweep(url, "m", PROMPTS, [64], requests_per_level=n, output_len=1,
+                           warmup_requests=0, request_timeout_s=60, rates=[rate], seed=seed)
+    m = summarize_level(run, 1, SLA())
+    arrivals = schedule(rate, n, seed)
+    assert m.capped_requests == 0 and not m.cap_engaged
+    assert m.achieved_request_rate == pytest.approx((n - 1) / arrivals[-1], rel=0.10)
+
+
+def test_a_closed_loop_level_has_no_achieved_rate_or_cap():
+    with serve_in_process(Script(ttft_s=0.001, tokens=1)) as (url, _pid):
+        (run,) = run_sweep(url, "m", PROMPTS, [2], requests_per_level=4, output_len=1,
+                           warmup_requests=0, request_timeout_s=60)
+    m = summarize_level(run, 1, SLA())
+    assert (m.achieved_request_rate, m.capped_requests, m.cap_engaged) == (None, None, False)

@@ -76,14 +76,14 @@ class StudyWriter:
                       for k, v in SPACE["parameters"].items()}
 
     def complete(self, number: int, params: dict, levels: list[LevelMeasurement],
-                 log_path: str | None = None) -> None:
+                 log_path: str | None = None, **finish) -> None:
         tid = self.store.start_trial(self.name, number, params, worker_host="h", worker_pid=1,
                                      gpus=params.get("tensor_parallel_size", 1), hardware=HW,
                                      launch_plan=_plan(params), log_path=log_path)
         ok = [m.output_tok_s_per_gpu for m in levels if m.meets_sla]
         objective = max(ok) if ok else None
         self.store.finish_trial(tid, state="complete", objective=objective, meets_sla=bool(ok),
-                                engine_version="0.32.0", measurements=levels)
+                                engine_version="0.32.0", measurements=levels, **finish)
         self._tell(params, objective if objective is not None else 0.0)
 
     def fail(self, number: int, params: dict, kind: str, reason: str, *,

@@ -29,3 +29,14 @@ def test_repeated_levels_show_the_interval_and_say_when_they_did_not_converge():
 
 def test_an_open_loop_level_is_named_by_its_rate():
     assert level_line(replace(LEVEL, request_rate=2.5)).lstrip().startswith("2.5 req/s")
+
+
+def test_an_open_loop_level_says_the_rate_it_delivered_and_when_the_cap_engaged():
+    free = level_line(replace(LEVEL, request_rate=4.0, achieved_request_rate=3.96,
+                              capped_requests=0))
+    assert free.lstrip().startswith("4 req/s (sent 3.96/s)") and "cap engaged" not in free
+    capped = level_line(replace(LEVEL, request_rate=8.0, achieved_request_rate=5.5,
+                                capped_requests=12))
+    assert "8 req/s (sent 5.5/s)" in capped
+    assert ("cap engaged: 12 of 48 waited for one of 16 slots (the offered rate was not "
+            "delivered)") in capped

@@ -32,6 +32,27 @@ def test_poisson_levels_are_the_rates_and_rounds_multiply_the_prompts(tmp_path):
     assert w.level_count == 2 and w.prompts_needed() == 2 * (2 + 16 * 3)
 
 
+def test_concurrency_auto_is_a_load_search_with_defaults(tmp_path):
+    w = load(tmp_path, concurrency="auto").workload
+    assert w.auto and w.concurrency == "auto"
+    assert (w.search.start, w.search.max, w.search.resolution) == (1, None, 0.25)
+    with pytest.raises(ValueError, match="no fixed level count"):
+        w.level_count  # noqa: B018 (the property raises)
+    # A search sizes its prompts by its most levels and in flight.
+    assert w.prompts_needed(levels=5, in_flight=16) == 5 * (2 + 16 + 16)
+    assert w.plan_levels() == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+def test_request_rates_auto_searches_the_rate_under_a_fixed_cap(tmp_path):
+    w = load(tmp_path, arrival="poisson", request_rates="auto",
+             load_search={"start": 0.5, "max": 64}).workload
+    assert w.auto and w.request_rates == "auto" and w.concurrency == [2, 8]
+    assert (w.search.start, w.search.max) == (0.5, 64)
+    # Fixed rates with concurrency auto: the cap is the server's most in flight, no search.
+    assert not load(tmp_path, arrival="poisson", request_rates=[1.0],
+                    concurrency="auto").workload.auto
+
+
 def test_a_prompt_file_is_found_relative_to_the_spec(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "hi"}\n')
@@ -48,6 +69,16 @@ def test_a_prompt_file_is_found_relative_to_the_spec(tmp_path):
     ({"arrival": "poisson"}, "arrival poisson needs request_rates"),
     ({"request_rates": [1.0]}, "request_rates apply to arrival poisson"),
     ({"arrival": "poisson", "request_rates": [0]}, "workload.request_rates: request rates must"),
+    ({"concurrency": []}, "concurrency needs at least one level, or auto"),
+    ({"concurrency": "max"}, "workload.concurrency"),
+    ({"load_search": {"start": 2}}, "load_search applies to concurrency auto or request_rates "
+                                    "auto"),
+    ({"arrival": "poisson", "concurrency": "auto", "request_rates": "auto"},
+     "a load search searches one load"),
+    ({"concurrency": "auto", "load_search": {"start": 8, "max": 4}},
+     "load_search.max (4) is below load_search.start (8)"),
+    ({"concurrency": "auto", "load_search": {"resolution": 0}},
+     "workload.load_search.resolution: Input should be greater than 0"),
     ({"max_rounds": 0}, "workload.max_rounds: Input should be greater than or equal to 1"),
     ({"ci_target": 1.5}, "workload.ci_target: Input should be less than 1"),
     ({"api": "responses"}, "workload.api: Input should be 'completions' or 'chat'"),
@@ -108,3 +139,10 @@ def test_a_load_beyond_what_a_load_generator_holds_is_one_line(tmp_path, workloa
     with pytest.raises(BadInput) as e:
         load(tmp_path, **workload)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_load_search_example_spec_loads():
+    spec = load_spec(REPO / "examples" / "tiny-moe-auto-cpu.yaml")
+    w = spec.workload
+    assert w.auto and w.concurrency == "auto" and w.arrival == "concurrency"
+    assert (w.search.start, w.search.max, w.search.resolution) == (1, None, 0.25)

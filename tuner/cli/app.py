@@ -82,6 +82,8 @@ def _print_best(study, best, trials) -> None:
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
+    if best.load_search is not None:
+        out.print(f"  load search: {best.load_search}")
     out.print(_table(measurements_frame(best.measurements)))
     if best.confirm_state is None:
         out.print("  not confirmed: `tuner confirm STUDY.yaml` re-runs the best trials in fresh "

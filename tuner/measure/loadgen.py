@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,6 +40,10 @@ class RoundRun:
     results: list[RequestResult]
     duration_s: float  # closed loop: the window; open loop: first arrival to last completion
     output_tokens: int | None = None  # completed inside the window; None: from `results`
+    # Open loop: requests that found the in-flight cap reached and waited for a free slot, and
+    # the rate they were sent at (`Arrivals.sent_rate`); None closed loop.
+    capped: int | None = None
+    sent_rate: float | None = None
 
     @property
     def output_tok_s(self) -> float:
@@ -201,10 +205,23 @@ def poisson_gaps(rate: float, rng: random.Random) -> Iterator[float]:
         yield rng.expovariate(rate)
 
 
+@dataclass
+class Arrivals:
+    """One batch of open-loop arrivals as sent: each request's result (timed from its scheduled
+    arrival), how many found the in-flight cap reached and waited for a slot, and the rate
+    they were sent at: (n - 1) gaps over the time from the first scheduled arrival to the last
+    send (None for fewer than two), which falls below the offered rate when the cap or the
+    client held sends back."""
+
+    results: list[RequestResult]
+    capped: int
+    sent_rate: float | None
+
+
 async def _run_poisson(
     session: aiohttp.ClientSession, url: str, bodies: Iterator[bytes], rate: float, cap: int,
     timeout: aiohttp.ClientTimeout, rng: random.Random, clock: Clock = time.perf_counter,
-) -> list[RequestResult]:
+) -> Arrivals:
     """Open loop: send each body at its scheduled arrival, whether or not earlier ones finished.
 
     Arrivals sit on absolute times (start + the sum of gaps), so a late wake-up does not push
@@ -212,11 +229,12 @@ async def _run_poisson(
     set it above what the rate can pile up and it never does. Each request is timed from its
     scheduled arrival, not from its send (`from_arrival`): a request the cap or a late wake-up
     held back has waited, as a user would have, so TTFT and latency include that wait rather
-    than hide the queue (coordinated omission).
+    than hide the queue (coordinated omission). The requests the cap held back are counted.
     """
     slots = asyncio.Semaphore(cap)
     tasks: list[asyncio.Task[RequestResult]] = []
     gaps = poisson_gaps(rate, rng)
+    capped, first, last_send = 0, None, None
 
     async def send(body: bytes, arrival: float) -> RequestResult:
         try:
@@ -229,10 +247,17 @@ async def _run_poisson(
         delay = due - clock()
         if delay > 0:
             await asyncio.sleep(delay)
+        if slots.locked():
+            capped += 1
         await slots.acquire()
+        first = due if first is None else first
+        last_send = clock()
         tasks.append(asyncio.create_task(send(body, due)))
         due += next(gaps)
-    return list(await asyncio.gather(*tasks))
+    results = list(await asyncio.gather(*tasks))
+    span = None if first is None else last_send - first
+    sent_rate = (len(results) - 1) / span if len(results) > 1 and span else None
+    return Arrivals(results, capped, sent_rate)
 
 
 def from_arrival(result: RequestResult, arrival: float) -> RequestResult:
@@ -273,12 +298,15 @@ async def run_level(
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     rng = random.Random(seed)
 
-    async def send_all(first: int, count: int) -> list[RequestResult]:
+    async def send_all(first: int, count: int) -> RoundRun:
         bodies = _bodies(api, model, prompts, first, count, output_len)
         if rate is None:
-            return await _run_fixed_concurrency(session, url, bodies, min(concurrency, count),
-                                                timeout)
-        return await _run_poisson(session, url, bodies, rate, concurrency, timeout, rng)
+            results = await _run_fixed_concurrency(session, url, bodies, min(concurrency, count),
+                                                   timeout)
+            return RoundRun(results, _duration(results))
+        sent = await _run_poisson(session, url, bodies, rate, concurrency, timeout, rng)
+        return RoundRun(sent.results, _duration(sent.results), capped=sent.capped,
+                        sent_rate=sent.sent_rate)
 
     done = asyncio.Event()
     watching: asyncio.Future | None = None
@@ -310,8 +338,9 @@ async def run_level(
     try:
         while True:
             first = warmup_requests + len(rounds) * requests
-            results = await send_all(first, requests) if requests else []
-            rounds.append(RoundRun(results, _duration(results)))
+            rnd = await send_all(first, requests) if requests else RoundRun([], 0.0)
+            rounds.append(rnd)
+            results = rnd.results
             # A round where every request failed has no throughput to pin down: stop there.
             dead = bool(results) and not any(r.ok for r in results)
             if dead or enough(rounds):
@@ -333,35 +362,47 @@ def _duration(results: list[RequestResult]) -> float:
     return last_end - first_send
 
 
+# A level of a sweep: its concurrency (closed loop) or in-flight cap (open loop), and its
+# offered request rate (None: closed loop).
+Level = tuple[int, float | None]
+
+
 def run_sweep(
     base_url: str, model: str, prompts: Sequence[PromptLike], levels: list[int],
     requests_per_level: int, output_len: int, warmup_requests: int, request_timeout_s: float,
     on_level: Callable[[LevelRun], None] | None = None, stop: Callable[[], bool] | None = None,
     *, api: Api = "completions", rates: list[float] | None = None,
     repeats: Repeats = Repeats(), seed: int = 0, monitor: Monitor | None = None,
+    plan: Iterable[Level] | None = None,
 ) -> list[LevelRun]:
     """Run the levels in order on one connection pool; return what was measured.
 
     Closed loop: one level per concurrency in `levels`. Open loop (`rates` given): one level per
     rate, each capped at max(levels) in flight, with arrivals seeded from `seed` and the level's
-    position. Each level has its own warm-up. `on_level` is called after each level (e.g. to
-    store it); `stop()` is checked before each level and between rounds, and True ends the sweep
-    early (the server died). Prompts continue across levels, so none repeats while
+    position. `plan`, when given, is the levels instead, taken one at a time as the sweep goes:
+    an iterator may decide each from the levels measured so far (`on_level` has seen them: a
+    load search), and `levels` then only sizes the connection pool (its largest value: the most
+    in flight any planned level has). Each level has its own warm-up. `on_level` is called
+    after each level (e.g. to store it); `stop()` is checked before each level and between
+    rounds, and True ends the sweep early (the server died). Prompts continue across levels,
+    so none repeats while
     len(prompts) >= number of levels * (warmup_requests + requests_per_level * max_rounds).
     """
     if not levels:
         return []
-    plan = ([(max(levels), r) for r in rates] if rates is not None
-            else [(c, None) for c in levels])
+    if plan is None:
+        plan = ([(max(levels), r) for r in rates] if rates is not None
+                else [(c, None) for c in levels])
     with fewer_collections():
-        return asyncio.run(_sweep(base_url, model, prompts, plan, requests_per_level,
-                                  output_len, warmup_requests, request_timeout_s, on_level, stop,
-                                  api, repeats, seed, monitor))
+        return asyncio.run(_sweep(base_url, model, prompts, plan, max(levels),
+                                  requests_per_level, output_len, warmup_requests,
+                                  request_timeout_s, on_level, stop, api, repeats, seed,
+                                  monitor))
 
 
 async def _sweep(
     base_url: str, model: str, prompts: Sequence[PromptLike],
-    plan: list[tuple[int, float | None]], requests_per_level: int, output_len: int,
+    plan: Iterable[Level], pool: int, requests_per_level: int, output_len: int,
     warmup_requests: int, request_timeout_s: float,
     on_level: Callable[[LevelRun], None] | None, stop: Callable[[], bool] | None,
     api: Api, repeats: Repeats, seed: int, monitor: Monitor | None,
@@ -369,7 +410,7 @@ async def _sweep(
     runs: list[LevelRun] = []
     # The pool admits the largest level at once (plus the monitor's scrape); per-level bounds
     # come from the worker count or the open loop's cap.
-    connector = aiohttp.TCPConnector(limit=max(c for c, _ in plan) + 1, limit_per_host=0)
+    connector = aiohttp.TCPConnector(limit=pool + 1, limit_per_host=0)
     # No session-wide timeout: each request carries its own.
     session_timeout = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(connector=connector, timeout=session_timeout) as session:

@@ -95,7 +95,9 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA,
     of one request share its batch), and their intervals take the rounds as samples (batch
     means): requests in flight together share batches, so they are not independent draws, while
     rounds nearly are. One round has no interval. meets_sla: no errors and the p90 figures
-    within the targets.
+    within the targets. Open loop, the achieved request rate is the rate the timed requests were
+    sent at (`loadgen.Arrivals.sent_rate`, averaged over rounds), beside the offered one, and
+    `capped_requests` counts those that waited for a free slot under the in-flight cap.
     """
     if gpus < 1:
         raise ValueError(f"gpus must be >= 1, got {gpus}")
@@ -141,6 +143,9 @@ def summarize_level(run: LevelRun, gpus: int, sla: SLA,
         meets_sla=False,
         error_sample=failed[0].error if failed else None,
         request_rate=run.request_rate,
+        achieved_request_rate=_mean_of(rnd.sent_rate for rnd in rounds),
+        capped_requests=(None if all(rnd.capped is None for rnd in rounds)
+                         else sum(rnd.capped or 0 for rnd in rounds)),
         rounds=len(rounds),
         output_tok_s_ci95=tok_s_ci,
         converged=(None if len(rounds) < 2 or ci_target is None
@@ -170,6 +175,11 @@ def _batch_means(rounds, value) -> tuple[float | None, float | None]:
         return None, None
     _, half = mean_ci([math.fsum(values) / len(values) for values in per_round if values])
     return math.fsum(pooled) / len(pooled), half
+
+
+def _mean_of(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return math.fsum(known) / len(known) if known else None
 
 
 def _mean_rate(rounds, count) -> float:

@@ -164,11 +164,13 @@ def _tokenizer_json(w: WorkloadSpec, model_dir: Path) -> Path:
     return tokenizer
 
 
-def sweep_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int) -> list[list[int] | Prompt]:
+def sweep_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int,
+                  n: int | None = None) -> list[list[int] | Prompt]:
     """One prompt per request of the whole sweep (every round of every level, warm-up included):
     fresh ones, so none is served from a prefix cache, except that a prompt file shorter than
-    the sweep is cycled."""
-    n = w.prompts_needed()
+    the sweep is cycled. `n`: how many (default `w.prompts_needed()`; a load search sizes its
+    own)."""
+    n = w.prompts_needed() if n is None else n
     if w.prompt_source == "file":
         try:
             records = read_prompt_file(Path(w.prompt_file))

@@ -180,7 +180,7 @@ def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
         raise BadInput(f"no configuration of search space {target.space.name} passes the engine "
                        f"rules on {gpu.name}: nothing to plan")
     cases = pm.stack(setups).column()
-    levels = list(w.concurrency)
+    levels = w.plan_levels()
     prediction = pm.predict(cases, np.array(levels, dtype=float)[None, :], calibration)
     return Plan(name=spec.name, engine=spec.engine.name, gpu=gpu, space=target.space,
                 devices=len(target.inventory.devices), levels=levels, isl=w.input_len,

@@ -14,6 +14,8 @@ from tuner.store.records import LevelMeasurement
 
 # The column of a trial's objective, in the CLI's tables and the dashboard's alike.
 TOK_GPU = "tok/s/GPU"
+# The highest load (concurrency, or requests/s open loop) of a trial that met the SLA.
+LOAD_AT_SLA = "load at SLA"
 
 
 def _params_text(params: dict) -> str:
@@ -22,16 +24,31 @@ def _params_text(params: dict) -> str:
     return describe(params)
 
 
+def level_load(m: LevelMeasurement) -> float:
+    """A level's load: its offered request rate (open loop), else its concurrency."""
+    return m.concurrency if m.request_rate is None else m.request_rate
+
+
+def load_at_sla(t: TrialRecord) -> float | None:
+    """The highest load of the trial that met the SLA: what its load search found, or for a
+    fixed sweep its highest measured level that met it; None when none did."""
+    load = (t.load_at_sla if t.load_search is not None
+            else max((level_load(m) for m in t.measurements if m.meets_sla), default=None))
+    # The store keeps a float; a whole number (every concurrency) reads as one.
+    return int(load) if isinstance(load, float) and load.is_integer() else load
+
+
 def trial_row(t: TrialRecord) -> dict[str, Any]:
     """The cells every trials table shows, each written here once: trial, state, config, the
-    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), GPUs, failure kind and
-    reason."""
+    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the highest load that met
+    it (`load at SLA`), GPUs, failure kind and reason."""
     return {
         "trial": t.number,
         "state": t.state,
         "config": _params_text(t.params),
         TOK_GPU: t.objective,
         "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
+        LOAD_AT_SLA: load_at_sla(t),
         "GPUs": t.gpus,
         "failure": t.failure_kind,
         "reason": t.failure_reason,
@@ -47,14 +64,15 @@ def failure_text(row: dict[str, Any]) -> str | None:
 
 
 def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
-    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, gpus, reason."""
+    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, load at SLA, gpus,
+    reason."""
     rows = []
     for t in trials:
         row = trial_row(t)
         rows.append({**row, "gpus": row["GPUs"], "reason": failure_text(row)})
     # object dtype keeps ints as ints and None as None (no float coercion for display)
-    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", "gpus",
-                                       "reason"], dtype=object)
+    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", LOAD_AT_SLA,
+                                       "gpus", "reason"], dtype=object)
 
 
 def state_counts(trials: list[TrialRecord]) -> dict[str, int]:
@@ -83,11 +101,14 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
 
 
 def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:
-    """One row per level. `rate` is the offered requests/s of an open-loop level (None: closed
-    loop at `concurrency`); `tok/s 95%` is `confidence_text`."""
-    cols = ["concurrency", "request_rate", "requests", "errors", "rounds", "output_tok_s",
-            "output_tok_s_per_gpu", "tok/s 95%", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms",
-            "tok_s_per_user_p50", "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
+    """One row per level, in the order measured. `request_rate` is the offered requests/s of
+    an open-loop level (None: closed loop at `concurrency`), `achieved_request_rate` the rate
+    its requests were sent at and `capped_requests` how many waited for the in-flight cap (0:
+    it never engaged); `tok/s 95%` is `confidence_text`."""
+    cols = ["concurrency", "request_rate", "achieved_request_rate", "capped_requests",
+            "requests", "errors", "rounds", "output_tok_s", "output_tok_s_per_gpu", "tok/s 95%",
+            "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tok_s_per_user_p50",
+            "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
     rows = [{c: confidence_text(m) if c == "tok/s 95%" else getattr(m, c) for c in cols}
             for m in levels]
     return pd.DataFrame(rows, columns=cols)

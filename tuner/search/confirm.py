@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.search.context import StudyContext
 from tuner.search.rules import met_sla, objective
-from tuner.search.trial import serve_and_measure, server_for
+from tuner.search.trial import serve_and_measure, server_for, sweep_for
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.sla import SLA
 from tuner.spec.space import describe
@@ -112,7 +112,8 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
                                   f"trial-{trial.number:04d}-confirm")
         levels: list[LevelMeasurement] = []
         try:
-            serve_and_measure(ctx, server, plan, trial.id, levels)
+            serve_and_measure(ctx, server, plan, trial.id, levels,
+                              sweep=sweep_for(ctx, trial.params))
             verdict = judge(trial, levels, ctx.spec.sla.to_sla())
         except LaunchFailure as f:
             verdict = Confirmation(trial.number, trial.params, "failed", trial.objective, None,

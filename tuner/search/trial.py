@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
-from tuner.measure.loadgen import Repeats, run_sweep
+from tuner.measure.loadgen import Level, Repeats, run_sweep
 from tuner.measure.metrics import confidence_text, sla_violations, summarize_level
 from tuner.measure.prompts import (
     sweep_prompts,
@@ -30,6 +31,7 @@ from tuner.search.bridge import (
     tell_unusable,
 )
 from tuner.search.context import HOST, StudyContext
+from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.recovery import this_process, worker_id
 from tuner.search.rules import (
     config_key,
@@ -43,7 +45,7 @@ from tuner.search.rules import (
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
-from tuner.spec.errors import TrialError, error_text
+from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement
 
@@ -71,6 +73,11 @@ def level_line(m: LevelMeasurement) -> str:
         verdict += (f"  drafts accepted {m.acceptance_rate:.0%} "
                     f"(length {m.acceptance_length:.2f})")
     where = f"c={m.concurrency:<4}" if m.request_rate is None else f"{m.request_rate:g} req/s"
+    if m.achieved_request_rate is not None:
+        where += f" (sent {m.achieved_request_rate:.3g}/s)"
+    if m.cap_engaged:
+        errs += (f"  cap engaged: {m.capped_requests} of {m.requests} waited for one of "
+                 f"{m.concurrency} slots (the offered rate was not delivered)")
     ci = confidence_text(m, mark_unconverged=False)  # the rounds' note says NOT CONVERGED
     ci = f" {ci}" if ci else ""
     rounds = "" if not m.rounds or m.rounds < 2 else (
@@ -107,10 +114,85 @@ class IncumbentCheck:
         return False
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """The levels one serving run of a configuration measures: the spec's fixed list (a grid),
+    or, for `concurrency: auto` / `request_rates: auto`, a load search (`search`) whose levels
+    are decided as it goes. `cap` is the most requests any level has in flight: the open loop's
+    cap, and the connection pool's size."""
+
+    levels: list[Level]
+    search: Bounds | None
+    cap: int
+
+    def history(self, levels: list[LevelMeasurement]) -> list[tuple[float, bool]]:
+        """The measured levels as the search reads them: (load, met the SLA)."""
+        rate = self.search is not None and self.search.kind == "rate"
+        return [(m.request_rate if rate else m.concurrency, m.meets_sla) for m in levels]
+
+    def plan(self, levels: list[LevelMeasurement]) -> list[Level] | Iterator[Level]:
+        """What the load generator runs: the fixed list, or the search's next level each time
+        it asks, from `levels` as measured so far (the sweep's on_level fills it)."""
+        if self.search is None:
+            return self.levels
+        return self._searched(levels)
+
+    def _searched(self, levels: list[LevelMeasurement]) -> Iterator[Level]:
+        while (load := next_load(self.history(levels), self.search)) is not None:
+            yield (int(load), None) if self.search.kind == "concurrency" else (self.cap, load)
+
+    def outcome(self, levels: list[LevelMeasurement]) -> tuple[float | None, str | None]:
+        """A search's highest load that met the SLA and why it ended; (None, None) for a grid."""
+        if self.search is None:
+            return None, None
+        return outcome(self.history(levels), self.search)
+
+    def unfinished(self, levels: list[LevelMeasurement]) -> bool:
+        """Whether a search would still measure another level (it was cut short)."""
+        return self.search is not None and next_load(self.history(levels), self.search) is not None
+
+
+def sweep_for(ctx: StudyContext, params: dict[str, Any]) -> Sweep:
+    """The sweep of a configuration under the spec's workload. A load search is bounded by
+    `workload.load_search.max`, else (concurrency) by the most requests the configuration runs at
+    once (`max_in_flight`: max batch size x ranks); an open loop with `concurrency: auto` is
+    capped there too. Raises BadInput when that is needed and nothing gives it."""
+    w = ctx.spec.workload
+    most = ctx.adapter.max_in_flight(params, ctx.settings)
+    if w.concurrency != "auto":
+        cap = max(w.concurrency)
+    elif most is None and not (w.arrival == "concurrency" and w.search.max is not None):
+        raise BadInput("workload.concurrency auto needs the most requests a server runs at "
+                       "once: search max_batch_size, or set it in engine.args"
+                       + (" (or set workload.load_search.max)" if w.arrival != "poisson"
+                          else ""))
+    else:
+        cap = int(w.search.max) if most is None else most
+    if not w.auto:
+        rates = w.request_rates if w.arrival == "poisson" else None
+        levels = ([(cap, r) for r in rates] if rates is not None
+                  else [(c, None) for c in w.concurrency])
+        return Sweep(levels, None, cap)
+    s = w.search
+    if w.arrival == "poisson":
+        bounds = Bounds("rate", s.start, s.max, s.resolution,
+                        "workload.load_search.max" if s.max is not None else "")
+    elif s.max is not None:
+        bounds = Bounds("concurrency", s.start, s.max, s.resolution, "workload.load_search.max")
+        cap = int(s.max)
+    else:
+        bounds = Bounds("concurrency", s.start, most, s.resolution,
+                        f"max batch x ranks: {most} in flight")
+    return Sweep([], bounds, cap)
+
+
 def skipped_levels(ctx: StudyContext, levels: list[LevelMeasurement]) -> list[dict[str, Any]]:
     """The levels after a sweep's last one that it does not measure because that one missed a
-    latency target (`rules.latency_miss`), each with why; none when the last level did not."""
+    latency target (`rules.latency_miss`), each with why; none when the last level did not,
+    and none for a load search (a miss closes its bracket instead)."""
     w = ctx.spec.workload
+    if w.auto:
+        return []
     why = latency_miss(levels[-1], ctx.spec.sla.to_sla()) if levels else None
     if why is None:
         return []
@@ -123,8 +205,9 @@ def skipped_levels(ctx: StudyContext, levels: list[LevelMeasurement]) -> list[di
 
 
 def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline: float,
-            cut_short: IncumbentCheck | None = None) -> list[LevelMeasurement]:
-    """Run the spec's sweep against a ready server and return one row per level measured.
+            sweep: Sweep, cut_short: IncumbentCheck | None = None) -> list[LevelMeasurement]:
+    """Run the sweep (a fixed list, or a load search) against a ready server and return one row
+    per level measured.
 
     Each level: warm-up, then rounds until output tok/s is known within workload.ci_target (or
     max_rounds, or `cut_short` says the level is clearly below the incumbent), with the
@@ -135,7 +218,9 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
     up), the deadline passes or the study is stopping.
     """
     w = ctx.spec.workload
-    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
+    count = None if sweep.search is None else w.prompts_needed(most_levels(sweep.search),
+                                                               sweep.cap)
+    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size, count)
     sla = ctx.spec.sla.to_sla()
     levels: list[LevelMeasurement] = []
     counts = [read_spec_decode(plan.engine, plan.base_url)]
@@ -162,13 +247,15 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
                 or time.monotonic() > deadline or ctx.stop.is_set())
 
     run_sweep(
-        plan.base_url, plan.model, prompts, w.concurrency, w.requests_per_level, w.output_len,
-        w.warmup_requests, w.request_timeout_s, on_level=on_level,
-        stop=stop,
-        api=w.api, rates=w.request_rates if w.arrival == "poisson" else None,
+        plan.base_url, plan.model, prompts, [sweep.cap], w.requests_per_level, w.output_len,
+        w.warmup_requests, w.request_timeout_s, on_level=on_level, stop=stop, api=w.api,
         repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
-        monitor=gauge_monitor(plan.engine, plan.base_url),
+        monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
     )
+    # A level where every request failed is a dead server, not a load that missed the SLA.
+    served = bool(levels) and levels[-1].errors < levels[-1].requests
+    if sweep.search is not None and served and not sweep.unfinished(levels):
+        ctx.say(f"  load search: {sweep.outcome(levels)[1]}")
     return levels
 
 
@@ -180,6 +267,7 @@ def _check_stop(ctx: StudyContext) -> None:
 def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
               params: dict[str, Any], devices: list[int] | None = None) -> TrialResult:
     devices = list(devices if devices is not None else ctx.inventory.devices)
+    sweep = sweep_for(ctx, params)
     plan, server = server_for(ctx, params, devices, f"trial-{trial.number:04d}")
     trial.set_user_attr("worker_host", ctx.inventory.host)
     trial.set_user_attr("worker", worker_id())
@@ -197,7 +285,8 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     check = None if ctx.spec.objective.pareto else IncumbentCheck(
         trial, plan.gpus, incumbent_floor(ctx.store.trials(ctx.name), ctx.spec.sla.to_sla()))
     try:
-        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check)
+        engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check,
+                                           sweep=sweep)
         skipped = skipped_levels(ctx, levels)
         sla = ctx.spec.sla.to_sla()
         value, best, meets = objective(levels, sla)
@@ -229,11 +318,13 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         study.tell(trial, state=TrialState.FAIL)
         raise TrialError(trial.number, e) from e
     result.measurements = levels
+    # A failed trial's search says nothing of its load: its failure is the reason kept.
+    load_at_sla, searched = (None, None) if result.state == "failed" else sweep.outcome(levels)
     ctx.store.finish_trial(
         trial_id, state=result.state, objective=result.objective, meets_sla=result.meets_sla,
         failure_kind=result.failure_kind, failure_reason=result.failure_reason,
         log_tail=log_tail, engine_version=engine_version, measurements=levels,
-        skipped_levels=skipped,
+        skipped_levels=skipped, load_at_sla=load_at_sla, load_search=searched,
     )
     if result.state == "complete":
         tell_measured(study, trial, pareto_values(levels, sla) if ctx.spec.objective.pareto
@@ -277,8 +368,8 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
                       levels: list[LevelMeasurement],
-                      cut_short: IncumbentCheck | None = None) -> str | None:
-    """One serving run: start the server, wait until ready, sweep the workload into `levels`,
+                      cut_short: IncumbentCheck | None = None, *, sweep: Sweep) -> str | None:
+    """One serving run: start the server, wait until ready, measure `sweep` into `levels`,
     judge it. Returns the engine's version; raises LaunchFailure when the run failed, and lets an
     interrupt through. Whatever happens, the server is stopped and recorded as stopped.
 
@@ -297,9 +388,9 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
-        levels.extend(measure(ctx, server, plan, deadline, cut_short))
+        levels.extend(measure(ctx, server, plan, deadline, sweep, cut_short))
         _check_stop(ctx)
-        failure = _verdict(ctx, server, levels, deadline)
+        failure = _verdict(ctx, server, levels, deadline, sweep)
         if failure:
             raise failure
         return engine_version
@@ -310,7 +401,7 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
 
 
 def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasurement],
-             deadline: float) -> LaunchFailure | None:
+             deadline: float, sweep: Sweep) -> LaunchFailure | None:
     """A trial whose server died, that ran out of time, or whose requests all failed, failed."""
     errors = any(m.errors for m in levels)
     if errors:
@@ -325,7 +416,9 @@ def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasure
     if dead:  # the sweep stopped there: the server no longer served
         return server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
                               f"{dead[0].error_sample}")
-    if len(levels) + len(skipped_levels(ctx, levels)) < ctx.spec.workload.level_count:
+    unfinished = (sweep.unfinished(levels) if sweep.search is not None
+                  else len(levels) + len(skipped_levels(ctx, levels)) < len(sweep.levels))
+    if unfinished:
         if time.monotonic() > deadline:
             limit = ctx.spec.budget.trial_timeout_s
             return LaunchFailure("timeout", f"sweep not finished within {limit:.0f} s",

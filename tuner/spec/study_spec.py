@@ -88,6 +88,34 @@ class HardwareSpec(_Strict):
     )
 
 
+class LoadSearchSpec(_Strict):
+    """How `concurrency: auto` (or `request_rates: auto`) searches each trial's load: from
+    `start`, doubling while a level meets the SLA, then bisecting between the highest load that
+    met it and the lowest above it that missed, until they are within `resolution` of each
+    other or the bound is reached (tuner.search.load_search)."""
+
+    start: float = Field(
+        1, gt=0, description="The first load: a concurrency, or requests/s for request_rates "
+        "auto."
+    )
+    max: float | None = Field(
+        None, gt=0, description="The highest load tried. Default for concurrency: the most "
+        "requests the trial's configuration runs at once (max batch size x data-parallel "
+        "ranks); for request rates: none (the search doubles until a rate misses the SLA)."
+    )
+    resolution: float = Field(
+        0.25, gt=0, lt=1, description="Stop bisecting once the bracket is within this fraction "
+        "of the load that met the SLA (and, for concurrency, within 1)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LoadSearchSpec:
+        if self.max is not None and self.max < self.start:
+            raise ValueError(f"load_search.max ({self.max:g}) is below load_search.start "
+                             f"({self.start:g}): raise max or lower start")
+        return self
+
+
 class WorkloadSpec(_Strict):
     prompt_source: Literal["synthetic", "corpus", "file"] = Field(
         "synthetic", description="synthetic: random token ids; corpus: natural text shipped with "
@@ -125,12 +153,18 @@ class WorkloadSpec(_Strict):
         "concurrency", description="concurrency: closed loop, a fixed number in flight per "
         "level; poisson: open loop at each of request_rates, exponential gaps from `seed`."
     )
-    concurrency: list[int] = Field(
-        min_length=1, description="Concurrency levels of the sweep; with arrival poisson, the "
-        "largest caps the requests in flight at every rate."
+    concurrency: list[int] | Literal["auto"] = Field(
+        description="Concurrency levels of the sweep, or `auto`: each trial searches for the "
+        "highest concurrency that meets the SLA (`load_search`). With arrival poisson, the "
+        "largest caps the requests in flight at every rate (auto: max batch x ranks)."
     )
-    request_rates: list[float] | None = Field(
-        None, description="Requests per second, one level each (arrival poisson only)."
+    request_rates: list[float] | Literal["auto"] | None = Field(
+        None, description="Requests per second, one level each (arrival poisson only), or "
+        "`auto`: each trial searches for the highest rate that meets the SLA (`load_search`)."
+    )
+    load_search: LoadSearchSpec | None = Field(
+        None, description="Where an `auto` load search starts, its bound and resolution "
+        "(default: start 1, bound max batch x ranks, resolution 0.25)."
     )
     requests_per_level: int = Field(gt=0, description="Timed requests at each level, per round.")
     warmup_requests: int = Field(4, ge=0, description="Untimed requests before each level.")
@@ -147,7 +181,11 @@ class WorkloadSpec(_Strict):
 
     @field_validator("concurrency")
     @classmethod
-    def _levels(cls, v: list[int]) -> list[int]:
+    def _levels(cls, v: list[int] | str) -> list[int] | str:
+        if v == "auto":
+            return v
+        if not v:
+            raise ValueError("concurrency needs at least one level, or auto")
         if any(c <= 0 for c in v):
             raise ValueError("concurrency levels must be positive integers")
         if max(v) > MAX_CONCURRENCY:
@@ -159,9 +197,9 @@ class WorkloadSpec(_Strict):
 
     @field_validator("request_rates")
     @classmethod
-    def _rates(cls, v: list[float] | None) -> list[float] | None:
-        if v is None:
-            return None
+    def _rates(cls, v: list[float] | str | None) -> list[float] | str | None:
+        if v is None or v == "auto":
+            return v
         if not v or any(r <= 0 for r in v):
             raise ValueError("request rates must be a non-empty list of positive requests/s")
         if max(v) > MAX_REQUEST_RATE:
@@ -191,7 +229,15 @@ class WorkloadSpec(_Strict):
             raise ValueError("arrival poisson needs request_rates: e.g. [2, 4, 8] requests/s")
         if self.arrival == "concurrency" and self.request_rates is not None:
             raise ValueError("request_rates apply to arrival poisson: set it or remove them")
-        if self.prompts_needed() > MAX_SWEEP_PROMPTS:
+        if self.arrival == "poisson" and self.concurrency == "auto" \
+                and self.request_rates == "auto":
+            raise ValueError("a load search searches one load: with request_rates auto, give "
+                             "concurrency as the in-flight cap (e.g. [256]) or leave it auto "
+                             "with fixed request_rates")
+        if self.load_search is not None and not self.auto:
+            raise ValueError("load_search applies to concurrency auto or request_rates auto: "
+                             "set one of them or remove load_search")
+        if not self.auto and self.prompts_needed() > MAX_SWEEP_PROMPTS:
             raise ValueError(f"the sweep sends {self.prompts_needed():,} requests (levels x "
                              "(warmup_requests + requests_per_level x max_rounds + concurrency)), "
                              f"more than {MAX_SWEEP_PROMPTS:,}: lower requests_per_level or "
@@ -199,17 +245,49 @@ class WorkloadSpec(_Strict):
         return self
 
     @property
+    def auto(self) -> bool:
+        """Whether each trial searches its load (`concurrency: auto` closed loop, or
+        `request_rates: auto`) rather than sweeping a fixed list."""
+        if self.arrival == "poisson":
+            return self.request_rates == "auto"
+        return self.concurrency == "auto"
+
+    @property
+    def search(self) -> LoadSearchSpec:
+        """The load search's settings (defaults where not given)."""
+        return self.load_search or LoadSearchSpec()
+
+    @property
     def level_count(self) -> int:
-        """Levels in the sweep: one per request rate (poisson) or per concurrency."""
+        """Levels in a fixed sweep: one per request rate (poisson) or per concurrency. A load
+        search (`auto`) has no fixed count (tuner.search.load_search.MAX_LEVELS bounds it)."""
+        if self.auto:
+            raise ValueError("a load search has no fixed level count")
         return len(self.request_rates) if self.arrival == "poisson" else len(self.concurrency)
 
-    def prompts_needed(self) -> int:
+    def plan_levels(self) -> list[int]:
+        """The concurrency levels a performance-model plan predicts: the list, or for
+        `concurrency: auto` the doubling ladder from load_search.start to its max (1,024 when
+        unset: the model has no trial's batch limit to bound it)."""
+        if self.concurrency != "auto":
+            return list(self.concurrency)
+        c, top, ladder = max(1, int(self.search.start)), int(self.search.max or 1024), []
+        while c <= top:
+            ladder.append(c)
+            c *= 2
+        return ladder
+
+    def prompts_needed(self, levels: int | None = None, in_flight: int | None = None) -> int:
         """Prompts for the whole sweep, so none is sent twice (and served from a prefix cache):
         per level, its warm-up, its rounds and, closed loop, the requests still in flight when it
-        ends (cancelled, but sent)."""
-        in_flight = max(self.concurrency) if self.arrival == "concurrency" else 0
-        return self.level_count * (self.warmup_requests + self.requests_per_level * self.max_rounds
-                                   + in_flight)
+        ends (cancelled, but sent). A load search gives its own most levels and in flight."""
+        levels = self.level_count if levels is None else levels
+        if self.arrival != "concurrency":
+            in_flight = 0
+        elif in_flight is None:
+            in_flight = max(self.concurrency)
+        return levels * (self.warmup_requests + self.requests_per_level * self.max_rounds
+                         + in_flight)
 
 
 class SLASpec(_Strict):

@@ -47,6 +47,12 @@ class LevelMeasurement:
     spec_accepted_tokens: int | None = None
     # Open-loop (Poisson) levels: the offered request rate per second; None at fixed concurrency.
     request_rate: float | None = None
+    # Open loop: the rate the timed requests were really sent at (requests/s over the span from
+    # the first scheduled arrival to the last send; below the offered rate when the in-flight
+    # cap or the client held sends back; completions per second are `request_throughput`), and
+    # how many timed requests waited for a free slot under the cap (0: it never engaged).
+    achieved_request_rate: float | None = None
+    capped_requests: int | None = None
     # Repeats: rounds of `requests` measured, the 95% confidence half-width of output tok/s over
     # rounds, and whether it reached the target half-width before the cap (None: one round).
     rounds: int | None = None
@@ -77,6 +83,12 @@ class LevelMeasurement:
         if not self.spec_drafts:
             return None
         return 1 + (self.spec_accepted_tokens or 0) / self.spec_drafts
+
+    @property
+    def cap_engaged(self) -> bool:
+        """Open loop: some timed requests waited for the in-flight cap, so the offered rate was
+        not delivered as scheduled (their waits are in their TTFT and latency)."""
+        return bool(self.capped_requests)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,6 +174,11 @@ class TrialRecord:
     confirmation: list[LevelMeasurement] = field(default_factory=list)
     # Levels its sweep did not measure, each with why: {level, concurrency, request_rate, reason}.
     skipped_levels: list[dict[str, Any]] = field(default_factory=list)
+    # A load search (`concurrency: auto`, `request_rates: auto`): the highest load (concurrency
+    # or requests/s) that met the SLA, None when none did, and why the search ended there.
+    # Both None for a fixed sweep. Its curve is `measurements`, in the order measured.
+    load_at_sla: float | None = None
+    load_search: str | None = None
 
 
 @dataclass

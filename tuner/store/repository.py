@@ -256,8 +256,11 @@ class Store:
         engine_version: str | None = None,
         measurements: Sequence[LevelMeasurement] = (),
         skipped_levels: Sequence[dict[str, Any]] = (),
+        load_at_sla: float | None = None,
+        load_search: str | None = None,
     ) -> None:
         """End a running trial: its state, finish time and every measurement in one transaction.
+        A load search's trial also keeps its highest load that met the SLA and why it ended.
 
         Either all of it is stored or none of it (the trial then stays 'running').
         """
@@ -278,6 +281,8 @@ class Store:
             row.log_tail = log_tail
             row.engine_version = engine_version
             row.skipped_levels = list(skipped_levels) or None
+            row.load_at_sla = load_at_sla
+            row.load_search = load_search
             session.add_all(_measurement_rows(row.id, 0, measurements))
 
     def record_confirmation(

@@ -112,6 +112,8 @@ def _trial_record(row: TrialModel, study_name: str) -> TrialRecord:
         confirmed_at=row.confirmed_at,
         confirmation=[_measurement(m) for m in row.measurements if m.run == 1],
         skipped_levels=list(row.skipped_levels or []),
+        load_at_sla=row.load_at_sla,
+        load_search=row.load_search,
     )
 
 

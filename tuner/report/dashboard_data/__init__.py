@@ -3,15 +3,16 @@
 Pure functions over the store's records (and Optuna's study, for importance). The Streamlit pages
 in `dashboard/` only draw what these return, and tests call them directly. Nothing here writes to
 the database, starts a server or imports the launcher: the dashboard is a reader that keeps working
-while a study writes. The domain rules (the winner, a trial's best level, what spends the budget,
-a configuration's identity) are `tuner.search.rules`'; the trials table's shared cells are
+while a study writes. The domain rules (the winner, a trial's best level, what spends the budget, a
+configuration's identity) are `tuner.search.rules`'; the trials table's shared cells are
 `tuner.report.tables.trial_row`.
 
-`source` reads the store, `labels` names columns and cells, `studies` summarizes studies,
-`trials` tables trials, `points` draws measured points and Pareto fronts, `cards` builds the best
-card and a trial's page, `logs` reads a trial's server log (from its run directory only),
-`importance` asks Optuna, `predictions` sets predictions beside measurements. Every public name is
-re-exported here: `from tuner.report import dashboard_data as dd` then `dd.trials_frame(...)`.
+`source` reads the store, `labels` names columns and cells, `studies` summarizes studies, `trials`
+tables trials, `curves` traces each trial's load curve, `points` draws measured points and Pareto
+fronts, `cards` builds the best card and a trial's page, `logs` reads a trial's server log (from
+its run directory only), `importance` asks Optuna, `predictions` sets predictions beside
+measurements. Every public name is re-exported here: `from tuner.report import dashboard_data
+as dd` then `dd.trials_frame(...)`.
 """
 
 from tuner.report.dashboard_data.cards import (
@@ -26,9 +27,11 @@ from tuner.report.dashboard_data.cards import (
     launch_view,
     levels_frame,
 )
+from tuner.report.dashboard_data.curves import CURVE_COLUMNS, LoadCurves, load_curves
 from tuner.report.dashboard_data.importance import Importance, param_importances
 from tuner.report.dashboard_data.labels import (
     CONFIRMED_TOK_GPU,
+    LOAD_AT_SLA,
     STATES,
     TOK_GPU,
     USER_P50,
@@ -84,15 +87,16 @@ from tuner.report.dashboard_data.trials import (
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
 
 __all__ = [
-    "CONFIRMED_TOK_GPU", "LEVEL_COLUMNS", "POINT_COLUMNS", "PVM_COLUMNS", "STATES", "STORAGE_ENV",
-    "TOK_GPU", "USER_P50", "USER_P90", "BestCard", "FailureGroup", "Importance", "LaunchView",
-    "ParetoFront", "PredictedVsMeasured", "StudyData", "StudySummary", "best_card", "best_of",
+    "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS",
+    "PVM_COLUMNS", "STATES", "STORAGE_ENV", "TOK_GPU", "USER_P50", "USER_P90", "BestCard",
+    "FailureGroup", "Importance", "LaunchView", "LoadCurves", "ParetoFront",
+    "PredictedVsMeasured", "StudyData", "StudySummary", "best_card", "best_of",
     "compare_frame", "compare_points", "confirmation_text", "data_version", "describe",
     "export_files", "failure_groups", "filter_trials", "launch_view", "levels_frame",
-    "load_predicted_vs_measured", "log_tail", "measured_points", "model_name", "open_store",
-    "option_order", "overview_frame", "page_url", "param_columns", "param_importances",
-    "param_label", "param_value", "parallelism", "pareto_front", "predicted_vs_measured",
-    "progress_frame", "read_studies", "read_study", "run_dirs", "sla_text", "sla_user_floor",
-    "sort_trials",
-    "sqlite_file", "storage_url", "summarize", "trials_frame", "with_retry",
+    "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points", "model_name",
+    "open_store", "option_order", "overview_frame", "page_url", "param_columns",
+    "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
+    "predicted_vs_measured", "progress_frame", "read_studies", "read_study", "run_dirs",
+    "sla_text", "sla_user_floor", "sort_trials", "sqlite_file", "storage_url", "summarize",
+    "trials_frame", "with_retry",
 ]

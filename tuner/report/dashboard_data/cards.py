@@ -123,7 +123,9 @@ def failure_groups(data: StudyData) -> list[FailureGroup]:
 
 
 LEVEL_COLUMNS = {
-    "concurrency": "concurrency", "request_rate": "rate req/s", "meets_sla": "meets SLA",
+    "concurrency": "concurrency", "request_rate": "rate req/s",
+    "achieved_request_rate": "sent req/s", "capped_requests": "waited for cap",
+    "meets_sla": "meets SLA",
     "output_tok_s_per_gpu": TOK_GPU, "tok/s 95%": "tok/s 95% CI", "rounds": "rounds",
     "converged": "converged", "output_tok_s": "tok/s total", "tok_s_per_user_p50": USER_P50,
     "tok_s_per_user_p90": USER_P90, "ttft_p50_ms": "TTFT p50 ms", "ttft_p90_ms": "TTFT p90 ms",

@@ -8,11 +8,11 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from tuner.report.tables import TOK_GPU
+from tuner.report.tables import LOAD_AT_SLA, TOK_GPU
 from tuner.spec.space import SHORT_NAMES
 
-__all__ = ["CONFIRMED_TOK_GPU", "STATES", "TOK_GPU", "USER_P50", "USER_P90", "local_time",
-           "page_url", "param_label", "param_value"]
+__all__ = ["CONFIRMED_TOK_GPU", "LOAD_AT_SLA", "STATES", "TOK_GPU", "USER_P50", "USER_P90",
+           "local_time", "page_url", "param_label", "param_value"]
 
 # Column names shared by the frames and the pages that draw them (TOK_GPU is the CLI's too).
 USER_P90 = "tok/s/user p90"

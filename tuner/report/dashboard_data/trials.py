@@ -16,7 +16,7 @@ from tuner.report.dashboard_data.labels import (
     param_value,
 )
 from tuner.report.dashboard_data.source import StudyData
-from tuner.report.tables import trial_row
+from tuner.report.tables import LOAD_AT_SLA, trial_row
 from tuner.search import rules
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
@@ -52,11 +52,12 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
             "confirmation": t.confirm_state, CONFIRMED_TOK_GPU: t.confirm_objective,
             "started": local_time(t.started_at), "duration s": duration,
         })
-    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, "SLA", "at c",
+    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, "SLA",
+               LOAD_AT_SLA, "at c",
                "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
                CONFIRMED_TOK_GPU, "started", "duration s"]
     frame = pd.DataFrame(rows, columns=columns)
-    for c in (TOK_GPU, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU, "duration s"):
+    for c in (TOK_GPU, LOAD_AT_SLA, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU, "duration s"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
     for c in ("at c", "GPUs"):
         frame[c] = frame[c].astype("Int64")

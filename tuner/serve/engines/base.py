@@ -86,6 +86,12 @@ class EngineAdapter(Protocol):
         """Ranks the MoE experts are spread over (1 = no expert parallelism)."""
         ...
 
+    def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
+        """The most requests one server with this configuration runs at once (its max batch
+        size times the ranks that each hold such a batch), the bound of a load search; None
+        when neither the configuration nor the fixed settings give a max batch size."""
+        ...
+
     def infeasibility(self, config: dict[str, Any], shape: Any, gpu: Any,
                       settings: EngineSettings) -> str | None:
         """Engine-specific reasons a configuration cannot run (checked before any launch)."""

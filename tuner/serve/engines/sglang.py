@@ -34,6 +34,12 @@ class SglangAdapter:
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1))
 
+    def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
+        # --max-running-requests bounds the whole server.
+        fixed = {k.lstrip("-"): v for k, v in settings.args.items()}.get("max-running-requests")
+        batch = config.get("max_batch_size", fixed)
+        return None if batch is None else int(batch)
+
     def expert_parallel_width(self, config: dict[str, Any]) -> int:
         return int(config.get("expert_parallel_size", 1))
 

@@ -57,6 +57,12 @@ class TrtllmAdapter:
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1))  # ep and attention DP subdivide it
 
+    def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
+        # With attention DP every rank holds a batch of max_batch_size; without, the server one.
+        batch = config.get("max_batch_size", settings.args.get("max_batch_size"))
+        ranks = self.world_size(config) if config.get("enable_attention_dp") else 1
+        return None if batch is None else int(batch) * ranks
+
     def expert_parallel_width(self, config: dict[str, Any]) -> int:
         return int(config.get("expert_parallel_size", 1))
 

@@ -42,6 +42,11 @@ class VllmAdapter:
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1)) * int(config.get("data_parallel_size", 1))
 
+    def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
+        # max-num-seqs is per engine core: each data-parallel rank schedules its own batch.
+        batch = config.get("max_batch_size", settings.args.get("max-num-seqs"))
+        return None if batch is None else int(batch) * int(config.get("data_parallel_size", 1))
+
     def expert_parallel_width(self, config: dict[str, Any]) -> int:
         # A switch: the experts are spread over every TP x DP rank ("DEP2" = DP2 + EP).
         return self.world_size(config) if config.get("enable_expert_parallel") else 1
