@@ -11,12 +11,14 @@ guidellm pins click and multidict below what vLLM's CPU build needs, so it gets 
         torch --extra-index-url https://download.pytorch.org/whl/cpu
 
 The server is started the way a trial starts it (vLLM adapter + launcher). Each round runs every
-client with the same load: random prompts of exactly `--input-len` tokens, exactly
-`--output-len` tokens out (ignore_eos), greedy, streamed, `--concurrency` requests in flight
-(each client sends the next one when one ends), `--warmup` requests first and left out, then
-`--requests` timed ones; the order of the clients rotates from round to round so drift on a
-noisy machine favours none. Prints each round, then one table: the medians over rounds and each
-figure's ratio to vllm bench's (the median of the per-round ratios, and their range).
+client with the same load: prompts of exactly `--input-len` tokens sent as text for the server to
+tokenize (vllm bench: random ids decoded, guidellm: generated text cut by the model's tokenizer,
+tuner: its corpus windows decoded), exactly `--output-len` tokens out (ignore_eos), greedy,
+streamed, `--concurrency` requests in flight (each client sends the next one when one ends),
+`--warmup` requests first and left out, then `--requests` timed ones; the order of the clients
+rotates from round to round so drift on a noisy machine favours none. Prints each round, then
+one table: the medians over rounds and each figure's ratio to vllm bench's (the median of the
+per-round ratios, and their range).
 
 What each figure means, per client (from their source):
 - output tok/s: vllm bench, output tokens over the time from its first send to its last
@@ -48,9 +50,10 @@ from figures import Figures
 from guidellm_client import run_guidellm
 from tiny_vllm import tiny_vllm
 
+from tuner.measure.client import Prompt
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
-from tuner.measure.prompts import synthetic_token_prompts
+from tuner.measure.prompts import as_text, corpus_token_prompts, synthetic_token_prompts
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import cpu_inventory
@@ -64,13 +67,24 @@ COLUMNS = (("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_p50_ms"),
            ("ITL p50 ms", "itl_p50_ms"), ("TPOT p50 ms", "tpot_p50_ms"))
 
 
-def tuner_client(base_url, model, vocab, a, seed, out_dir: Path) -> Figures:
-    # Enough prompts that none repeats: the closed loop sends up to concurrency past the window.
-    prompts = synthetic_token_prompts(a.requests + a.warmup + a.concurrency, a.input_len, vocab,
-                                      seed)
+def tuner_prompts(model: str, vocab: int, a, seed: int, kind: str) -> list:
+    """Enough prompts that none repeats (the closed loop sends up to `concurrency` past its
+    window), of exactly `input_len` tokens. As text, they are tuner's corpus windows
+    decoded, which re-encode to the same length: the server tokenizes them, as it tokenizes the
+    text prompts that vllm bench and guidellm send. As ids, they are a trial's synthetic prompts."""
+    n = a.requests + a.warmup + a.concurrency
+    if kind == "ids":
+        return synthetic_token_prompts(n, a.input_len, vocab, seed)
+    tokenizer = Path(model) / "tokenizer.json"
+    return as_text([Prompt(tokens=w) for w in corpus_token_prompts(n, a.input_len, tokenizer,
+                                                                   seed)], tokenizer)
+
+
+def tuner_client(base_url, model, vocab, a, seed, out_dir: Path, kind: str) -> Figures:
+    prompts = tuner_prompts(model, vocab, a, seed, kind)
     runs = run_sweep(base_url, model, prompts, [a.concurrency], a.requests, a.output_len,
                      a.warmup, 120)
-    (out_dir / f"tuner-{seed}.json").write_text(json.dumps(
+    (out_dir / f"tuner-{kind}-{seed}.json").write_text(json.dumps(
         [dataclasses.asdict(r) for r in runs[0].results]))
     m = summarize_level(runs[0], 1, SLA())
     if m.errors:
@@ -168,6 +182,9 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tuner-ids", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run tuner with token-id prompts, as a trial's synthetic prompts "
+                        "are (its row `tuner ids`); the `tuner` row sends text, as the others do")
     p.add_argument("--autogroup-nice", type=int, default=None,
                    help="run in a session of its own whose scheduling autogroup has this nice "
                         "(-20..19; below 0 needs root), so other sessions' work moves rounds less")
@@ -188,7 +205,8 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-    clients = ["tuner", REFERENCE] + (["guidellm"] if with_guidellm else [])
+    clients = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
+               + (["guidellm"] if with_guidellm else []))
     with tempfile.TemporaryDirectory() as tmp:
         out = a.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -201,8 +219,9 @@ def main() -> None:
                 order = clients[r % len(clients):] + clients[:r % len(clients)]
                 got = {}
                 for who in order:
-                    if who == "tuner":
-                        got[who] = tuner_client(plan.base_url, model, vocab, a, r, out)
+                    if who.startswith("tuner"):
+                        kind = "ids" if who == "tuner ids" else "text"
+                        got[who] = tuner_client(plan.base_url, model, vocab, a, r, out, kind)
                     elif who == REFERENCE:
                         got[who] = vllm_bench_client(plan.base_url, model, a, r, out)
                     else:
