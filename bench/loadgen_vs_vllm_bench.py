@@ -1,45 +1,99 @@
-"""tuner's load generator against `vllm bench serve`, on the same live server. Run by hand:
+"""tuner's load generator against `vllm bench serve` and guidellm, on the same live server, in one
+run. Run by hand (it starts vLLM):
 
-    .venv/bin/python bench/loadgen_vs_vllm_bench.py [--concurrency 8] [--requests 64] [--rounds 3]
+    flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
+        [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none]
 
-The server is started the way a trial starts it (vLLM adapter + launcher). Each round runs both
-clients with the same workload (random token prompts of exact length, fixed output length with
-ignore_eos, the same concurrency, warm-up first), alternating which goes first so drift on a
-noisy machine does not favour one. Prints each round, the medians, and tuner / vllm-bench ratios.
+guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
+(the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
+
+    python3 -m venv .tuner/guidellm && .tuner/guidellm/bin/pip install guidellm==0.8.1 \
+        torch --extra-index-url https://download.pytorch.org/whl/cpu
+
+The server is started the way a trial starts it (vLLM adapter + launcher). Each round runs every
+client with the same load: prompts of exactly `--input-len` tokens sent as text for the server to
+tokenize (vllm bench: random ids decoded, guidellm: generated text cut by the model's tokenizer,
+tuner: its corpus windows decoded), exactly `--output-len` tokens out (ignore_eos), greedy,
+streamed, `--concurrency` requests in flight (each client sends the next one when one ends),
+`--warmup` requests first and left out, then `--requests` timed ones; the order of the clients
+rotates from round to round so drift on a noisy machine favours none. Prints each round, then
+one table: the medians over rounds and each figure's ratio to vllm bench's (the median of the
+per-round ratios, and their range).
+
+What each figure means, per client (from their source):
+- output tok/s: vllm bench, output tokens over the time from its first send to its last
+  completion (the warm-up drained before); tuner, tokens completed in a window of `--requests`
+  completions that starts where the warm-up ends, with no drain; guidellm, its rate over the
+  window from the end of the warm-up to the last completion.
+- TTFT: send to the first chunk with a choice (vllm bench, tuner); guidellm waits for the first
+  chunk with non-empty text. tuner's sample is the requests that started and ended in its window.
+- ITL: each gap between successive choice chunks, pooled over requests, first token excluded;
+  the same in vllm bench and tuner (empty-text chunks count in both). guidellm has no such figure.
+- TPOT: each request's mean gap after its first token: vllm bench (last chunk - first) /
+  (tokens - 1); tuner (end of stream - first) / (tokens - 1), so it also holds the usage chunk;
+  guidellm calls this its ITL and weights each request by its tokens - 1 (equal here).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from figures import Figures
+from guidellm_client import run_guidellm
 from tiny_vllm import tiny_vllm
 
+from tuner.measure.client import Prompt
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
-from tuner.measure.prompts import synthetic_token_prompts
+from tuner.measure.prompts import as_text, corpus_token_prompts, synthetic_token_prompts
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import cpu_inventory
 from tuner.serve.launcher import ServerProcess, free_port
 from tuner.spec.sla import SLA
 
+REFERENCE = "vllm bench"
+GUIDELLM_DEFAULT = ".tuner/guidellm/bin/guidellm"
+AGREE = 0.05  # the issue's bar for output tok/s and median TTFT
+COLUMNS = (("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_p50_ms"),
+           ("ITL p50 ms", "itl_p50_ms"), ("TPOT p50 ms", "tpot_p50_ms"))
 
-def tuner_client(base_url, model, vocab, a, seed) -> tuple[float, float]:
-    prompts = synthetic_token_prompts(a.requests + a.warmup, a.input_len, vocab, seed)
+
+def tuner_prompts(model: str, vocab: int, a, seed: int, kind: str) -> list:
+    """Enough prompts that none repeats (the closed loop sends up to `concurrency` past its
+    window), of exactly `input_len` tokens. As text, they are tuner's corpus windows
+    decoded, which re-encode to the same length: the server tokenizes them, as it tokenizes the
+    text prompts that vllm bench and guidellm send. As ids, they are a trial's synthetic prompts."""
+    n = a.requests + a.warmup + a.concurrency
+    if kind == "ids":
+        return synthetic_token_prompts(n, a.input_len, vocab, seed)
+    tokenizer = Path(model) / "tokenizer.json"
+    return as_text([Prompt(tokens=w) for w in corpus_token_prompts(n, a.input_len, tokenizer,
+                                                                   seed)], tokenizer)
+
+
+def tuner_client(base_url, model, vocab, a, seed, out_dir: Path, kind: str) -> Figures:
+    prompts = tuner_prompts(model, vocab, a, seed, kind)
     runs = run_sweep(base_url, model, prompts, [a.concurrency], a.requests, a.output_len,
                      a.warmup, 120)
+    (out_dir / f"tuner-{kind}-{seed}.json").write_text(json.dumps(
+        [dataclasses.asdict(r) for r in runs[0].results]))
     m = summarize_level(runs[0], 1, SLA())
-    assert m.errors == 0, m.error_sample
-    return m.output_tok_s, m.ttft_p50_ms, m.input_tokens / m.requests
+    if m.errors:
+        sys.exit(f"tuner: {m.errors} requests failed: {m.error_sample}")
+    return Figures(m.output_tok_s, m.ttft_p50_ms, m.itl_p50_ms, m.tpot_p50_ms,
+                   m.input_tokens / m.requests, m.requests)
 
 
-def vllm_bench_client(base_url, model, a, seed, out_dir: Path) -> tuple[float, float]:
+def vllm_bench_client(base_url, model, a, seed, out_dir: Path) -> Figures:
     result = out_dir / f"bench-{seed}.json"
     cmd = [resolve_executable("vllm"), "bench", "serve", "--backend", "vllm",
            "--base-url", base_url, "--model", model, "--dataset-name", "random",
@@ -47,63 +101,142 @@ def vllm_bench_client(base_url, model, a, seed, out_dir: Path) -> tuple[float, f
            "--random-range-ratio", "0", "--num-prompts", str(a.requests),
            "--max-concurrency", str(a.concurrency), "--num-warmups", str(a.warmup),
            "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm",
-           "--save-result", "--result-dir", str(out_dir), "--result-filename", result.name]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+           "--save-result", "--save-detailed", "--result-dir", str(out_dir),
+           "--result-filename", result.name]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         sys.exit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     data = json.loads(result.read_text())
-    assert data.get("failed", 0) == 0, data.get("errors")
-    return (data["output_throughput"], data["median_ttft_ms"],
-            data["total_input_tokens"] / data["completed"])
+    if data.get("failed", 0):
+        sys.exit(f"vllm bench serve: {data['failed']} requests failed: {data.get('errors')}")
+    return Figures(data["output_throughput"], data["median_ttft_ms"], data["median_itl_ms"],
+                   data["median_tpot_ms"], data["total_input_tokens"] / data["completed"],
+                   data["completed"])
+
+
+def own_autogroup(nice: int) -> None:
+    """Put this process in a session of its own and give that session's scheduling autogroup
+    `nice`: the server and every client are started from here, so they share the group, and on a
+    machine shared with other sessions the bench's share of the CPUs moves less with their work."""
+    try:
+        os.setsid()
+        Path("/proc/self/autogroup").write_text(str(nice))
+    except OSError as e:
+        sys.exit(f"--autogroup-nice: {e}; run the bench under flock (not as a process-group "
+                 f"leader) on a kernel with scheduler autogroups, or leave the option out")
+
+
+def round_line(r: int, got: dict[str, Figures]) -> str:
+    parts = [f"{who} {f.output_tok_s:,.0f} tok/s, TTFT {f.ttft_p50_ms:.1f} ms"
+             for who, f in got.items()]
+    return f"round {r}: " + " | ".join(parts)
+
+
+def _fmt(value: float | None, width: int, spec: str = ",.1f") -> str:
+    return f"{'—':>{width}}" if value is None else f"{value:>{width}{spec}}"
+
+
+def table(rows: list[dict[str, Figures]]) -> list[str]:
+    """One row per client: the medians over rounds, then each figure's ratio to vllm bench's
+    as the median of the per-round ratios with their range."""
+    clients = list(rows[0])
+    head = f"{'client':<12}" + "".join(f"{name:>13}" for name, _ in COLUMNS) + f"{'in tok/req':>11}"
+    head += "".join(f"{'÷ ' + name.split()[0]:>20}" for name, _ in COLUMNS)
+    lines = [head]
+    for who in clients:
+        cells = []
+        for _, field in COLUMNS:
+            values = [getattr(row[who], field) for row in rows]
+            cells.append(_fmt(None if None in values else statistics.median(values), 13))
+        line = f"{who:<12}" + "".join(cells)
+        line += _fmt(statistics.median(row[who].input_tokens for row in rows), 11, ".1f")
+        for _, field in COLUMNS:
+            ratios = [getattr(row[who], field) / getattr(row[REFERENCE], field) for row in rows
+                      if getattr(row[who], field) is not None]
+            line += (f"{'—':>20}" if not ratios else
+                     f"{statistics.median(ratios):>9.3f} [{min(ratios):.2f}–{max(ratios):.2f}]")
+        lines.append(line)
+    return lines
+
+
+def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
+    out = []
+    for who in rows[0]:
+        if who == REFERENCE:
+            continue
+        for name, field in COLUMNS[:2]:
+            ratio = statistics.median(getattr(row[who], field) / getattr(row[REFERENCE], field)
+                                      for row in rows)
+            mark = "within" if abs(ratio - 1) <= AGREE else "NOT within"
+            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's, {mark} {AGREE:.0%}")
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=".tuner/models/tiny-gpt-oss")
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--requests", type=int, default=64)
-    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tuner-ids", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run tuner with token-id prompts, as a trial's synthetic prompts "
+                        "are (its row `tuner ids`); the `tuner` row sends text, as the others do")
+    p.add_argument("--autogroup-nice", type=int, default=None,
+                   help="run in a session of its own whose scheduling autogroup has this nice "
+                        "(-20..19; below 0 needs root), so other sessions' work moves rounds less")
+    p.add_argument("--keep", type=Path, default=None,
+                   help="a folder to keep every client's raw results in (per request)")
+    p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
+                   help="guidellm's executable, or `none` to leave guidellm out")
     a = p.parse_args()
+    with_guidellm = a.guidellm != "none"
+    if with_guidellm and not Path(a.guidellm).exists():
+        sys.exit(f"--guidellm: {a.guidellm} not found; install it as this script's docstring "
+                 f"says, or pass --guidellm none")
 
+    if a.autogroup_nice is not None:
+        own_autogroup(a.autogroup_nice)
     model, vocab, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
+    clients = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
+               + (["guidellm"] if with_guidellm else []))
     with tempfile.TemporaryDirectory() as tmp:
+        out = a.keep or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
         server = ServerProcess(plan, Path(tmp) / "server")
         server.start()
         try:
             server.wait_ready(300)
             rows = []
             for r in range(a.rounds):
-                order = ["tuner", "vllm-bench"] if r % 2 == 0 else ["vllm-bench", "tuner"]
+                order = clients[r % len(clients):] + clients[:r % len(clients)]
                 got = {}
                 for who in order:
-                    got[who] = (tuner_client(plan.base_url, model, vocab, a, r) if who == "tuner"
-                                else vllm_bench_client(plan.base_url, model, a, r, Path(tmp)))
-                rows.append(got)
-                print(f"round {r}: tuner {got['tuner'][0]:8,.0f} tok/s  TTFT p50 "
-                      f"{got['tuner'][1]:7.1f} ms | vllm bench {got['vllm-bench'][0]:8,.0f} "
-                      f"tok/s  TTFT p50 {got['vllm-bench'][1]:7.1f} ms  (input tokens per request: "
-                      f"{got['tuner'][2]:.0f} vs {got['vllm-bench'][2]:.0f})", flush=True)
+                    if who.startswith("tuner"):
+                        kind = "ids" if who == "tuner ids" else "text"
+                        got[who] = tuner_client(plan.base_url, model, vocab, a, r, out, kind)
+                    elif who == REFERENCE:
+                        got[who] = vllm_bench_client(plan.base_url, model, a, r, out)
+                    else:
+                        got[who] = run_guidellm(a.guidellm, plan.base_url, model, a, r, out)
+                rows.append({who: got[who] for who in clients})
+                print(round_line(r, rows[-1]), flush=True)
         finally:
             server.stop()
 
-    def med(who, i):
-        return statistics.median(row[who][i] for row in rows)
-
-    print(f"\nconcurrency {a.concurrency}, {a.requests} requests x {a.input_len} in / "
-          f"{a.output_len} out, {a.rounds} rounds, medians:")
-    print(f"{'metric':<22}{'tuner':>12}{'vllm bench':>12}{'ratio':>8}{'within 10%':>12}")
-    for name, i in (("output tok/s", 0), ("median TTFT (ms)", 1)):
-        t, v = med("tuner", i), med("vllm-bench", i)
-        agree = "yes" if abs(t / v - 1) <= 0.10 else "no"
-        print(f"{name:<22}{t:>12,.1f}{v:>12,.1f}{t / v:>8.3f}{agree:>12}")
+    print(f"\nconcurrency {a.concurrency}, {a.warmup} warm-up + {a.requests} timed requests, "
+          f"{a.input_len} tokens in / {a.output_len} out, {a.rounds} rounds; medians over rounds, "
+          f"ratios to vllm bench [range over rounds]:")
+    print("\n".join(table(rows)))
+    print("guidellm's ITL is a per-request mean gap: it is in the TPOT column.")
+    print("\n".join(verdicts(rows)))
 
 
 if __name__ == "__main__":

@@ -152,10 +152,13 @@ def check_lengths(spec: StudySpec, shape: ModelShape) -> None:
 def check_connections(spec: StudySpec) -> None:
     """Each request in flight holds a connection, a file of this process: a level beyond the
     process's open-file limit would be stored under a concurrency it never ran at."""
+    w = spec.workload
+    # A load search's highest level is its trial's batch limit unless load_search.max bounds it.
+    levels = w.concurrency if w.concurrency != "auto" else [int(w.search.max or 0)]
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    needed = max(spec.workload.concurrency) + 256  # the database, logs, the server's pipes
+    needed = max(levels) + 256  # the database, logs, the server's pipes
     if soft != resource.RLIM_INFINITY and needed > soft:
-        raise BadInput(f"workload.concurrency {max(spec.workload.concurrency):,} needs about "
+        raise BadInput(f"workload.concurrency {max(levels):,} needs about "
                        f"{needed:,} open files and this process may open {soft:,}: raise the "
                        f"limit (`ulimit -n {needed}`) or lower the level")
 

@@ -1,0 +1,82 @@
+"""guidellm as a third client for bench/loadgen_vs_vllm_bench.py: one closed-loop run at a fixed
+concurrency, read back from its own JSON report.
+
+guidellm pins click and multidict below what vLLM's CPU build installs, so it lives in a venv of
+its own (`--guidellm` points at its executable); see the bench's docstring for the install line.
+
+What guidellm measures, from its source (0.8.1): TTFT runs from the request's send to the first
+chunk with non-empty text; its "inter-token latency" is per request, (last token - first token)
+/ (output tokens - 1), which is what `vllm bench serve` calls TPOT (vLLM's ITL is each gap
+between chunks, pooled over requests); output tok/s is its rate over the measured window, after
+the warm-up requests and up to the last completion.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from figures import Figures
+
+
+def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup: int,
+             input_len: int, output_len: int, seed: int, report: Path) -> dict:
+    """A guidellm scenario for the bench's load: `concurrency` streams that each send their next
+    request when the last one ends, `warmup` requests left out, then `requests` timed ones;
+    synthetic prompts of exactly `input_len` tokens of the served model's tokenizer (decoded to
+    text, as vLLM's random dataset does), exactly `output_len` tokens out (guidellm sets
+    max_tokens and ignore_eos from output_tokens), greedy, streamed."""
+    return {"spec": {
+        "backend": {"kind": "openai_http", "target": base_url, "model": model,
+                    "request_format": "/v1/completions", "stream": True,
+                    "extras": {"body": {"temperature": 0}}},
+        "profile": {"kind": "concurrent", "streams": [concurrency],
+                    "warmup": {"mode": "requests", "value": warmup}},
+        "constraints": [{"kind": "max_requests", "count": warmup + requests}],
+        "tokenizer": {"kind": "huggingface_auto", "model": model},
+        # No stdev, min or max: every prompt and every output has the exact length.
+        "data": [{"kind": "synthetic_text", "prompt_tokens": input_len,
+                  "output_tokens": output_len}],
+        "outputs": [{"kind": "json", "path": str(report)}],
+        "seed": {"kind": "static", "value": seed},
+    }}
+
+
+def run_guidellm(executable: str, base_url: str, model: str, a, seed: int,
+                 out_dir: Path) -> Figures:
+    """One guidellm run of the bench's load (`a`: its arguments), as guidellm reports it."""
+    report = out_dir / f"guidellm-{seed}.json"
+    config = out_dir / f"guidellm-{seed}-scenario.json"
+    config.write_text(json.dumps(scenario(base_url, model, a.concurrency, a.requests, a.warmup,
+                                          a.input_len, a.output_len, seed, report)))
+    # One worker process, as the other two clients have: guidellm's default (up to 10) would
+    # take the server's cores on a small machine.
+    env = {**os.environ, "GUIDELLM__MAX_WORKER_PROCESSES": "1"}
+    proc = subprocess.run([executable, "run", "-c", str(config), "--disable-console"],
+                          capture_output=True, text=True, timeout=900, env=env)
+    if proc.returncode != 0 or not report.exists():
+        sys.exit(f"guidellm failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return figures_of(json.loads(report.read_text()))
+
+
+def figures_of(report: dict) -> Figures:
+    """The bench's figures from a guidellm JSON report of one benchmark. guidellm's ITL is a
+    per-request mean gap, so it is the TPOT column; it has no per-gap ITL."""
+    (bench,) = report["benchmarks"]
+    metrics = bench["metrics"]
+    errors = bench["scheduler_metrics"]["requests_made"]["errored"]
+    if errors:
+        sys.exit(f"guidellm: {errors} requests failed")
+
+    def ok(name: str) -> dict:
+        return metrics[name]["successful"]
+
+    return Figures(output_tok_s=ok("output_tokens_per_second")["mean"],
+                   ttft_p50_ms=ok("time_to_first_token_ms")["median"],
+                   itl_p50_ms=None,
+                   tpot_p50_ms=ok("inter_token_latency_ms")["median"],
+                   input_tokens=ok("prompt_token_count")["mean"],
+                   requests=int(metrics["request_totals"]["successful"]))
