@@ -259,11 +259,9 @@ class Store:
         load_at_sla: float | None = None,
         load_search: str | None = None,
     ) -> None:
-        """End a running trial: its state, finish time and every measurement in one transaction.
-        A load search's trial also keeps its highest load that met the SLA and why it ended.
-
-        Either all of it is stored or none of it (the trial then stays 'running').
-        """
+        """End a running trial: its state, finish time and every measurement (a load search's
+        trial: its highest load that met the SLA, and why it ended) in one transaction, all of
+        it or none of it (the trial then stays 'running')."""
         _check_finished_state(state)
         with self._session(f"finish trial id {trial_id}") as session:
             row = self._trial_row(session, trial_id)
