@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import optuna
@@ -33,6 +34,24 @@ def setup(tmp_path):
     return ctx, study, host, said
 
 
+@contextmanager
+def _server(ctx, tid, host, owner_pid, owner_create_time):
+    """A stand-in engine server of trial `tid` (a sleeping process in a session of its own),
+    recorded with its owner; killed at the end if recovery left it running."""
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    try:
+        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
+                                create_time=psutil.Process(server.pid).create_time(),
+                                log_path="/nonexistent/server.log", owner_pid=owner_pid,
+                                owner_create_time=owner_create_time)
+        yield server
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 9)
+            server.wait()
+
+
 def _running_trial(ctx, study, host, worker):
     trial = study.ask({"max_batch_size": optuna.distributions.CategoricalDistribution([4, 16])})
     trial.set_user_attr("worker_host", host)
@@ -48,20 +67,10 @@ def test_a_dead_workers_server_is_reaped_and_its_trial_failed(setup):
     dead.wait()
     dead_worker = f"{dead.pid}:{psutil.Process().create_time() - 5:.3f}"
     trial, tid = _running_trial(ctx, study, host, dead_worker)
-    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                start_new_session=True)
-    ctx.store.record_server(tid, host=host, pid=leftover.pid, pgid=leftover.pid,
-                            create_time=psutil.Process(leftover.pid).create_time(),
-                            log_path="/nonexistent/server.log", owner_pid=dead.pid,
-                            owner_create_time=psutil.Process().create_time() - 5)
-    live_trial, live_tid = _running_trial(ctx, study, host, worker_id())
-
-    try:
+    with _server(ctx, tid, host, dead.pid, psutil.Process().create_time() - 5) as leftover:
+        live_trial, live_tid = _running_trial(ctx, study, host, worker_id())
         recover(ctx, study)
         assert leftover.wait(timeout=30) is not None  # the leftover server is gone
-    finally:
-        if leftover.poll() is None:
-            os.killpg(leftover.pid, 9)
 
     assert ctx.store.unstopped_servers(host) == []
     failed = ctx.store.trial("s", trial.number)
@@ -82,20 +91,11 @@ def test_a_live_workers_server_on_the_same_host_is_left_alone(setup):
     trial.set_user_attr("worker", worker_id())
     tid = ctx.store.start_trial("s", trial.number, trial.params, worker_host=host,
                                 worker_pid=os.getpid())  # this process launched the server
-    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                              start_new_session=True)
-    try:
-        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
-                                create_time=psutil.Process(server.pid).create_time(),
-                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
-                                owner_create_time=psutil.Process().create_time())
+    with _server(ctx, tid, host, os.getpid(), psutil.Process().create_time()) as server:
         recover(ctx, study)
         assert server.poll() is None  # still running
         assert [s.trial_id for s in ctx.store.unstopped_servers(host)] == [tid]
         assert ctx.store.trial("s", trial.number).state == "running"
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait()
 
 
 def test_a_confirmations_server_is_judged_by_its_own_owner_not_the_trials_worker(setup):
@@ -106,22 +106,13 @@ def test_a_confirmations_server_is_judged_by_its_own_owner_not_the_trials_worker
     gone.wait()
     tid = ctx.store.start_trial("s", 7, {"max_batch_size": 4}, worker_host=host,
                                 worker_pid=gone.pid)  # the original trial's worker: exited
-    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                              start_new_session=True)
-    try:
-        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
-                                create_time=psutil.Process(server.pid).create_time(),
-                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
-                                owner_create_time=psutil.Process().create_time())
+    with _server(ctx, tid, host, os.getpid(), psutil.Process().create_time()) as server:
         (row,) = ctx.store.unstopped_servers(host)
         assert (row.owner_pid, row.owner_create_time) == (os.getpid(),
                                                           psutil.Process().create_time())
         recover(ctx, study)
         assert server.poll() is None  # still measuring
         assert [s.trial_id for s in ctx.store.unstopped_servers(host)] == [tid]
-    finally:
-        os.killpg(server.pid, 9)
-        server.wait()
 
 
 def test_a_server_whose_owners_pid_was_reused_is_reaped(setup):
@@ -129,19 +120,10 @@ def test_a_server_whose_owners_pid_was_reused_is_reaped(setup):
     ctx, study, host, said = setup
     tid = ctx.store.start_trial("s", 8, {"max_batch_size": 16}, worker_host=host,
                                 worker_pid=os.getpid())
-    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                              start_new_session=True)
-    try:
-        ctx.store.record_server(tid, host=host, pid=server.pid, pgid=server.pid,
-                                create_time=psutil.Process(server.pid).create_time(),
-                                log_path="/nonexistent/server.log", owner_pid=os.getpid(),
-                                owner_create_time=psutil.Process().create_time() - 3600)
+    with _server(ctx, tid, host, os.getpid(), psutil.Process().create_time() - 3600) as server:
         recover(ctx, study)
         assert server.wait(timeout=30) is not None
         assert ctx.store.unstopped_servers(host) == []
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, 9)
 
 
 def test_a_trial_another_worker_is_still_starting_is_left_alone(setup):
