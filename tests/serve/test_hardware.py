@@ -19,6 +19,12 @@ def test_by_default_a_rank_gets_the_cores_divided_by_the_largest_world_that_fits
     assert bind_ranks(CPU4, None, [1, 2, 8]).per_rank == 2
 
 
+def test_trials_run_at_once_share_the_node_so_the_largest_fit_side_by_side():
+    assert bind_ranks(CPU4, None, [1], parallel=2).per_rank == 2
+    assert bind_ranks(CPU4, None, [1, 2], parallel=2).per_rank == 1
+    assert bind_ranks(CPU4, 4, [1], parallel=2).per_rank == 4  # the spec's value stands
+
+
 def test_a_server_runs_on_its_ranks_times_the_cores_per_rank():
     inv = bind_ranks(CPU4, None, [1, 2])
     assert inv.devices_for(1) == 2 and inv.devices_for(2) == 4

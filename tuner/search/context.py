@@ -237,7 +237,8 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     check_prompt_file(spec)
     check_connections(spec)
     inventory = bind_ranks(_inventory(spec, devices), spec.hardware.cores_per_rank,
-                           sorted({adapter.world_size(c) for c in _cpu_space(space, gpu)}))
+                           sorted({adapter.world_size(c) for c in _cpu_space(space, gpu)}),
+                           spec.budget.parallel_trials)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:
         raise BadInput("engine.port is fixed but budget.parallel_trials > 1: concurrent servers "

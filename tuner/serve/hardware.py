@@ -79,10 +79,12 @@ def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
     return inv
 
 
-def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int]) -> Inventory:
+def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int],
+               parallel: int = 1) -> Inventory:
     """A CPU node's inventory with the cores of one rank fixed for the whole study: the spec's
     `hardware.cores_per_rank`, or by default the cores divided by the largest world size that
-    fits. Without this, TP1 on every core would be measured per one device and TP2 per two."""
+    fits times the trials run at once (`parallel`), so that many of the largest can run side by
+    side. Without this, TP1 on every core would be measured per one device and TP2 per two."""
     if inv.kind != "cpu":
         if cores_per_rank is not None:
             raise BadInput(f"hardware.cores_per_rank is for gpu_type cpu, not {inv.type}: "
@@ -91,7 +93,7 @@ def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int]) ->
     cores = len(inv.devices)
     if cores_per_rank is None:
         fitting = [w for w in worlds if w <= cores] or [1]
-        cores_per_rank = max(1, cores // max(fitting))
+        cores_per_rank = max(1, cores // (max(fitting) * max(1, parallel)))
     elif cores_per_rank > cores:
         raise BadInput(f"hardware.cores_per_rank {cores_per_rank}: a trial may use only {cores} "
                        "cores here: lower it")

@@ -84,7 +84,8 @@ class HardwareSpec(_Strict):
     cores_per_rank: int | None = Field(
         None, gt=0, description="CPU nodes: cores bound to each engine rank, the same for every "
         "trial, so figures are per core used; default: the cores divided by the largest world "
-        "size (TP x DP) of the space that fits."
+        "size (TP x DP) of the space that fits times budget.parallel_trials. Set it to compare "
+        "studies run with different parallel_trials."
     )
 
 
