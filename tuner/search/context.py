@@ -121,13 +121,10 @@ def check_prompt_file(spec: StudySpec) -> None:
 def check_prompts(spec: StudySpec, model_dir: Path, vocab_size: int) -> None:
     """The sweep's prompts can be made for this model (the corpus holds input_len tokens of its
     tokenizer, a prompt file has prompts that fit, the tokenizer is there), checked on the
-    handful of prompts one level's first round needs, by the code that makes them for a trial."""
+    first prompt of the sweep, by the code that makes them for a trial."""
     w = spec.workload
-    probe = w.model_copy(update={"concurrency": [1], "requests_per_level": 1, "max_rounds": 1,
-                                 "warmup_requests": 0,
-                                 "request_rates": [1.0] if w.request_rates else None})
     try:
-        sweep_prompts(probe, model_dir, vocab_size)
+        sweep_prompts(w, model_dir, vocab_size, n=1)
     except BadInput:
         raise
     except Exception as e:  # the tokenizer library raises its own, bare Exceptions
