@@ -1,8 +1,8 @@
 """The study database: tuner's records, kept beside Optuna's tables in the same database.
 
 This is the only storage API the rest of tuner uses: the `Store`, its studies, trials,
-measurements, servers and predictions. Opening and checking a database is `bootstrap`'s; turning
-rows into records is `rows`'.
+measurements (here), servers (`servers`) and predictions (`predictions`), on `session`'s unit of
+work. Opening and checking a database is `bootstrap`'s; turning rows into records is `rows`'.
 """
 
 from __future__ import annotations
@@ -10,52 +10,42 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
-from db.models import PredictionModel, ServerModel, StudyModel, TrialModel
+from db.models import StudyModel, TrialModel
 from tuner.store import bootstrap
-from tuner.store.bootstrap import _PG_BUDGET_LOCK, _cause, _hint
+from tuner.store.bootstrap import _PG_BUDGET_LOCK
 from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
+from tuner.store.predictions import Predictions
 from tuner.store.records import (
     CONFIRM_STATES,
     LevelMeasurement,
-    PredictionRecord,
-    ServerRecord,
     StudyRecord,
     TrialRecord,
     config_key,
     settles_configuration,
 )
 from tuner.store.rows import (
-    _PREDICTION_ROW,
     _budget_count,
     _check_finished_state,
     _counts_or_runs,
     _measurement_rows,
     _now,
-    _prediction_record,
-    _server_record,
     _study_record,
     _trial_record,
     _trials_query,
 )
+from tuner.store.servers import ServerRows
 
 __all__ = ["Store"]
 
 
-class Store:
+class Store(ServerRows, Predictions):
     """tuner's records in one database. Open it with `Store.open(url)`; close it when done."""
-
-    def __init__(self, engine: Engine, url: str, where: str) -> None:
-        self._engine = engine
-        self._url = url
-        self._where = where  # the file path or the URL without its password, for messages
-        self._sessions = sessionmaker(bind=engine, expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str, *, create: bool = True, upgrade: bool | None = None) -> Store:
@@ -331,125 +321,7 @@ class Store:
             rows = session.scalars(_trials_query(study_name).where(TrialModel.state == "running"))
             return [_trial_record(row, study_name) for row in rows]
 
-    # -- servers ------------------------------------------------------------------------------
-
-    def record_server(
-        self, trial_id: int, *, host: str, pid: int, pgid: int, create_time: float,
-        log_path: str, owner_pid: int, owner_create_time: float,
-    ) -> None:
-        """Record a launched server and the tuner process that owns it (`owner_*`: pid and
-        start time), so a later run can reap it if that process dies, and only then."""
-        with self._session(f"record the server of trial id {trial_id}") as session:
-            self._trial_row(session, trial_id)
-            session.add(
-                ServerModel(
-                    trial_id=trial_id,
-                    host=host,
-                    pid=pid,
-                    pgid=pgid,
-                    create_time=create_time,
-                    log_path=log_path,
-                    started_at=_now(),
-                    owner_pid=owner_pid,
-                    owner_create_time=owner_create_time,
-                )
-            )
-
-    def mark_server_stopped(self, trial_id: int) -> None:
-        """Mark every still-running server of the trial stopped now (idempotent)."""
-        with self._session(f"mark the server of trial id {trial_id} stopped") as session:
-            session.execute(
-                update(ServerModel)
-                .where(ServerModel.trial_id == trial_id, ServerModel.stopped_at.is_(None))
-                .values(stopped_at=_now())
-            )
-
-    def unstopped_servers(self, host: str) -> list[ServerRecord]:
-        """Servers on `host` never marked stopped, oldest first. A row from before servers
-        carried their owner names its trial's worker pid instead (start time unknown)."""
-        with self._session(f"read the servers on {host}") as session:
-            query = (
-                select(ServerModel, TrialModel.worker_pid)
-                .join(TrialModel, TrialModel.id == ServerModel.trial_id)
-                .where(ServerModel.host == host, ServerModel.stopped_at.is_(None))
-                .order_by(ServerModel.started_at, ServerModel.id)
-            )
-            records = [(_server_record(row), pid) for row, pid in session.execute(query)]
-            return [r if r.owner_pid is not None else replace(r, owner_pid=pid)
-                    for r, pid in records]
-
-    # -- predictions --------------------------------------------------------------------------
-
-    def save_predictions(
-        self,
-        study_name: str,
-        rows: Sequence[dict[str, Any]],
-        *,
-        source: str,
-        engine: str,
-        gpu_type: str,
-        calibration: str,
-        replace_all: bool = False,
-    ) -> int:
-        """Store predictions of `source` (e.g. "perfmodel") for a study, in one transaction.
-
-        Each row holds config_key, params, concurrency, fits, output_tok_s_per_gpu,
-        tok_s_per_user, ttft_ms, meets_sla and reason. The rows of a configuration replace every
-        stored prediction of that configuration (all its levels); with replace_all, every stored
-        prediction of this study, source, engine and GPU type is replaced. The study need not
-        exist yet. Returns the number of rows stored.
-        """
-        now = _now()
-        values = [
-            {**{k: r[k] for k in _PREDICTION_ROW}, "study_name": study_name, "source": source,
-             "engine": engine, "gpu_type": gpu_type, "calibration": calibration,
-             "created_at": now}
-            for r in rows
-        ]
-        scope = (
-            PredictionModel.study_name == study_name,
-            PredictionModel.source == source,
-            PredictionModel.engine == engine,
-            PredictionModel.gpu_type == gpu_type,
-        )
-        with self._session(f"store predictions of {study_name!r}") as session:
-            if replace_all:
-                session.execute(delete(PredictionModel).where(*scope))
-            else:
-                keys = sorted({v["config_key"] for v in values})
-                for i in range(0, len(keys), 500):
-                    session.execute(delete(PredictionModel).where(
-                        *scope, PredictionModel.config_key.in_(keys[i : i + 500])))
-            if values:
-                session.execute(insert(PredictionModel), values)
-        return len(values)
-
-    def predictions(self, study_name: str, *, source: str | None = None) -> list[PredictionRecord]:
-        """A study's stored predictions (of one source, or all), by configuration and level."""
-        query = select(PredictionModel).where(PredictionModel.study_name == study_name)
-        if source is not None:
-            query = query.where(PredictionModel.source == source)
-        query = query.order_by(PredictionModel.id)
-        with self._session(f"read predictions of {study_name!r}") as session:
-            return [_prediction_record(row) for row in session.scalars(query)]
-
     # -- internals ----------------------------------------------------------------------------
-
-    @contextmanager
-    def _session(self, action: str) -> Iterator[Session]:
-        """One unit of work: committed on success, rolled back on any error, always closed."""
-        session = self._sessions()
-        try:
-            yield session
-            session.commit()
-        except SQLAlchemyError as e:
-            session.rollback()
-            raise StoreError(f"cannot {action} in {self._where}: {_cause(e)}{_hint(e)}") from e
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
 
     @staticmethod
     def _lock_budget(session: Session, study_name: str) -> None:
@@ -462,18 +334,6 @@ class Store:
             # lock (waiting for another writer's), so the count below cannot go stale.
             session.execute(update(StudyModel).where(StudyModel.name == study_name)
                             .values(name=StudyModel.name))
-
-    def _study_row(self, session: Session, name: str) -> StudyModel:
-        row = StudyModel.find_by_name(name, session)
-        if row is None:
-            raise StoreError(f"no study named {name!r} in {self._where}: create it first")
-        return row
-
-    def _trial_row(self, session: Session, trial_id: int) -> TrialModel:
-        row = session.get(TrialModel, trial_id)
-        if row is None:
-            raise StoreError(f"no trial with id {trial_id} in {self._where}: start it first")
-        return row
 
     @staticmethod
     def _holder(session: Session, study_id: int, key: str) -> int | None:
