@@ -256,6 +256,31 @@ def test_steady_rounds_converge_within_the_target():
     assert summarize_level(run, 1, SLA(), ci_target=0.001).converged is False
 
 
+def test_a_level_whose_rounds_ran_out_says_how_much_they_varied_and_what_the_target_takes():
+    from tuner.measure.loadgen import RoundRun
+    from tuner.measure.metrics import convergence_note
+
+    # Rounds of 1 s each at 404, 367, 449, 404 tok/s (the same 404 tokens over 1, 1.1, 0.9, 1 s).
+    rounds = [RoundRun(FOUR, d) for d in (1.0, 1.1, 0.9, 1.0)]
+    run = LevelRun(concurrency=4, results=FOUR * 4, duration_s=4.0, rounds=rounds)
+    m = summarize_level(run, 1, SLA(), ci_target=0.05)
+    assert m.converged is False
+    rates = [404 / d for d in (1.0, 1.1, 0.9, 1.0)]
+    spread = np.std(rates, ddof=1) / np.mean(rates)  # 8.2%
+    note = convergence_note(m, 0.05, max_rounds=4)
+    assert f"its 4 rounds of 1.0 s each varied {spread:.1%} (sd/mean)" in note
+    assert "±5% takes about 13 such rounds" in note  # t(12) * 0.082 / sqrt(13) <= 0.05
+    assert "workload.max_rounds" in note and "workload.requests_per_level" in note
+    # The same rounds stopped before max_rounds were cut short, not run out.
+    assert convergence_note(m, 0.05, max_rounds=6).startswith(
+        "not converged: stopped after 4 of 6 rounds")
+    # Converged, or measured once: nothing to say.
+    steady = summarize_level(LevelRun(concurrency=4, results=FOUR * 3, duration_s=6.0, rounds=[
+        RoundRun(FOUR, d) for d in (2.0, 2.02, 1.98)]), 1, SLA(), ci_target=0.05)
+    assert convergence_note(steady, 0.05, max_rounds=6) is None
+    assert convergence_note(summarize(FOUR), 0.05, max_rounds=1) is None
+
+
 def test_ttft_and_itl_means_pool_requests_and_their_intervals_take_rounds_as_samples():
     from tuner.measure.loadgen import RoundRun
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 from scipy import stats as scipy_stats
 
-from tuner.measure.stats import converged, mean_ci, t_quantile
+from tuner.measure.stats import (
+    converged,
+    mean_ci,
+    rounds_needed,
+    spread_of_interval,
+    t_quantile,
+)
 
 
 @pytest.mark.parametrize("df, table", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262),
@@ -55,3 +62,19 @@ def test_converged_when_the_half_width_is_within_the_target_fraction_of_the_mean
     assert not converged(tight, 0.01)
     assert not converged([100], 0.5)  # one round cannot show its spread
     assert not converged([0, 0], 0.05)
+
+
+def test_the_spread_behind_an_interval_is_the_samples_sd_over_mean():
+    values = [100.0, 110.0, 90.0, 105.0, 95.0]
+    mean, half = mean_ci(values)
+    assert spread_of_interval(half, mean, len(values)) == pytest.approx(
+        statistics.stdev(values) / mean)
+
+
+def test_rounds_needed_is_the_fewest_that_bring_the_interval_within_the_target():
+    # 10% spread: t(n-1) * 0.10 / sqrt(n) <= 0.05 first holds at n = 18 (t(17) = 2.110).
+    assert rounds_needed(0.10, 0.05) == 18
+    assert t_quantile(16) * 0.10 / math.sqrt(17) > 0.05
+    assert rounds_needed(0.001, 0.05) == 2
+    assert rounds_needed(0.001, 0.05, at_least=7) == 7
+    assert rounds_needed(5.0, 0.01, at_most=50) is None

@@ -85,6 +85,7 @@ def _print_best(study, best, trials) -> None:
     if best.load_search is not None:
         out.print(f"  load search: {best.load_search}")
     out.print(_table(measurements_frame(best.measurements)))
+    _print_convergence(study, best.measurements)
     if best.confirm_state is None:
         out.print("  not confirmed: `tuner confirm STUDY.yaml` re-runs the best trials in fresh "
                   "servers")
@@ -94,11 +95,27 @@ def _print_best(study, best, trials) -> None:
     out.print(f"  confirmation in a fresh server: {best.confirm_state}{again}"
               + (f" ({best.confirm_reason})" if best.confirm_reason else ""))
     out.print(_table(measurements_frame(best.confirmation)))
+    _print_convergence(study, best.confirmation)
     higher = [t.number for t in trials if met_sla(t)
               and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
     if is_confirmed(best) and higher:
         out.print(f"  unconfirmed trial(s) {', '.join(map(str, higher))} measured higher once: "
                   "`tuner confirm` re-runs them")
+
+
+def _print_convergence(study, levels) -> None:
+    """A line for each level whose throughput did not converge, saying why."""
+    from tuner.measure.metrics import convergence_note
+    from tuner.spec.study_spec import WorkloadSpec
+
+    workload, default = study.spec.get("workload", {}), WorkloadSpec.model_fields
+    target = workload.get("ci_target", default["ci_target"].default)
+    rounds = workload.get("max_rounds", default["max_rounds"].default)
+    for m in levels:
+        note = convergence_note(m, target, rounds)
+        if note:
+            where = f"c={m.concurrency}" if m.request_rate is None else f"{m.request_rate:g} req/s"
+            out.print(f"  {where}: {note}")
 
 
 def _store(url: str):

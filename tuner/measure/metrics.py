@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tuner.measure.records import EngineGauges, RequestResult
-from tuner.measure.stats import converged, mean_ci
+from tuner.measure.stats import converged, mean_ci, rounds_needed, spread_of_interval
 from tuner.spec.sla import SLA
 from tuner.store.records import LevelMeasurement
 
@@ -226,3 +226,24 @@ def confidence_text(m: LevelMeasurement, *, mark_unconverged: bool = True) -> st
         return None
     text = f"±{m.output_tok_s_ci95 / m.output_tok_s:.1%}"
     return text if m.converged is not False or not mark_unconverged else f"{text} NOT CONVERGED"
+
+
+def convergence_note(m: LevelMeasurement, ci_target: float, max_rounds: int) -> str | None:
+    """Why a level's throughput did not converge, in a line a user can act on; None when it did
+    (or was measured once). Either its rounds were cut short (the incumbent check or the end of
+    the trial stopped them) or they ran out: then the note gives how much the rounds varied
+    (sd / mean, recovered from the stored interval), how long each lasted, and about how many
+    rounds of that spread the target needs."""
+    if m.converged is not False or not m.rounds or m.output_tok_s_ci95 is None \
+            or not m.output_tok_s:
+        return None
+    if m.rounds < max_rounds:
+        return (f"not converged: stopped after {m.rounds} of {max_rounds} rounds (cut short "
+                f"before the {ci_target:.0%} target was reached)")
+    spread = spread_of_interval(m.output_tok_s_ci95, m.output_tok_s, m.rounds)
+    needed = rounds_needed(spread, ci_target, at_least=m.rounds + 1)
+    takes = "over 10,000" if needed is None else f"about {needed}"
+    return (f"not converged: its {m.rounds} rounds of {m.duration_s / m.rounds:.1f} s each "
+            f"varied {spread:.1%} (sd/mean), so ±{ci_target:.0%} takes {takes} such rounds: "
+            f"raise workload.max_rounds, or workload.requests_per_level (longer rounds vary "
+            f"less)")

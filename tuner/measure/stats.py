@@ -47,3 +47,20 @@ def converged(values: Sequence[float], target: float) -> bool:
     if half is None or not mean:
         return False
     return half <= target * abs(mean)
+
+
+def spread_of_interval(half: float, mean: float, n: int, confidence: float = CONFIDENCE) -> float:
+    """The sample's coefficient of variation (sd / mean) behind a half-width of n values: the
+    inverse of `mean_ci`'s t * s / sqrt(n)."""
+    return half / abs(mean) * math.sqrt(n) / t_quantile(n - 1, confidence)
+
+
+def rounds_needed(spread: float, target: float, *, at_least: int = 2, at_most: int = 10_000
+                  ) -> int | None:
+    """How many values of this spread (sd / mean) bring the 95% half-width within `target` of
+    the mean: the fewest n (from `at_least`) with t(n-1) * spread / sqrt(n) <= target; None
+    beyond `at_most`."""
+    for n in range(max(at_least, 2), at_most + 1):
+        if t_quantile(n - 1) * spread / math.sqrt(n) <= target:
+            return n
+    return None

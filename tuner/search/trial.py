@@ -18,7 +18,12 @@ from optuna.trial import TrialState
 
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.measure.loadgen import Level, Repeats, run_sweep
-from tuner.measure.metrics import confidence_text, sla_violations, summarize_level
+from tuner.measure.metrics import (
+    confidence_text,
+    convergence_note,
+    sla_violations,
+    summarize_level,
+)
 from tuner.measure.prompts import (
     sweep_prompts,
 )
@@ -75,6 +80,9 @@ def level_line(m: LevelMeasurement) -> str:
     where = f"c={m.concurrency:<4}" if m.request_rate is None else f"{m.request_rate:g} req/s"
     if m.achieved_request_rate is not None:
         where += f" (sent {m.achieved_request_rate:.3g}/s)"
+    if m.requests_waiting_max:
+        errs += (f"  up to {m.requests_waiting_max:.0f} requests waited for a batch slot "
+                 "(their TTFT includes the queue)")
     if m.cap_engaged:
         errs += (f"  cap engaged: {m.capped_requests} of {m.requests} waited for one of "
                  f"{m.concurrency} slots (the offered rate was not delivered)")
@@ -234,11 +242,15 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
                 m = replace(m, spec_drafts=d.drafts, spec_draft_tokens=d.draft_tokens,
                             spec_accepted_tokens=d.accepted_tokens)
         levels.append(m)
+        pruned = cut_short is not None and len(levels) - 1 in cut_short.cut
+        if pruned:
+            ctx.say(f"      rounds stopped after {m.rounds}: clearly below the incumbent")
         if cut_short is not None:
-            if len(levels) - 1 in cut_short.cut:
-                ctx.say(f"      rounds stopped after {m.rounds}: clearly below the incumbent")
             cut_short.level = len(levels)
         ctx.say(level_line(m))
+        note = None if pruned else convergence_note(m, w.ci_target, w.max_rounds)
+        if note:
+            ctx.say(f"      {note}")
 
     def stop() -> bool:
         last = levels[-1] if levels else None
