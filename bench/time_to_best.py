@@ -34,6 +34,7 @@ figures for GPU types only, so on this machine there is no model to warm-start f
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -216,6 +217,9 @@ def report(url: str) -> None:
     for name, seconds, n in rows:
         if seconds is None:
             print(f"{name:<20} {'not reached':>17} {n:>9}")
+            if name.startswith("tpe"):  # a seed that never got there counts, as never
+                for k in ratios[name.rsplit(" ", 1)[1]].values():
+                    k.append(math.inf)
             continue
         cells = {"grid": seconds / grid_s, "any": seconds / any_s, "whole": seconds / grid_total}
         if name.startswith("tpe"):
@@ -225,8 +229,10 @@ def report(url: str) -> None:
               f"{cells['any']:>12.2f} {cells['whole']:>13.2f}")
     for how, r in ratios.items():
         if r["grid"]:
+            never = sum(math.isinf(v) for v in r["grid"])
             print(f"\nratio of TPE's time to the grid's best ({how}; median of "
-                  f"{len(r['grid'])} seeds) over the grid's: {statistics.median(r['grid']):.2f} "
+                  f"{len(r['grid'])} seeds" + (f", {never} never reaching it" if never else "")
+                  + f") over the grid's: {statistics.median(r['grid']):.2f} "
                   f"against its seeded order, {statistics.median(r['any']):.2f} against any "
                   f"order, {statistics.median(r['whole']):.2f} against the whole grid (what a "
                   "grid needs to know its best)")
