@@ -245,5 +245,4 @@ def convergence_note(m: LevelMeasurement, ci_target: float, max_rounds: int) -> 
     takes = "over 10,000" if needed is None else f"about {needed}"
     return (f"not converged: its {m.rounds} rounds of {m.duration_s / m.rounds:.1f} s each "
             f"varied {spread:.1%} (sd/mean), so ±{ci_target:.0%} takes {takes} such rounds: "
-            f"raise workload.max_rounds, or workload.requests_per_level (longer rounds vary "
-            f"less)")
+            f"raise workload.max_rounds (or ci_target)")
