@@ -2,18 +2,19 @@
 
     .venv/bin/python bench/perfmodel_accuracy.py [CSV] [--refit]
 
-Every row of CSV (default tuner/data/published.csv, or any file with the same columns) is listed:
-the model's prediction with the shipped calibration (tuner/data/perfmodel_calibration.json)
-against the published value, and the relative error. Rows the model cannot predict are listed as
-skipped with the reason. Two errors are given, because the shipped factors were fitted to
-published.csv itself:
+The shipped factors (tuner/data/perfmodel_calibration.json) are fitted to the figures of
+tuner/data/published.csv published at 1024/1024 only (the calibration rows); every other row is
+held out. Every row of CSV (default published.csv, or any file with its columns) is listed with
+the model's prediction and its relative error:
 
-- `fit`: the shipped calibration. For a row of published.csv this is an in-sample error.
-- `LOO`: leave-one-out. For a row of published.csv, the factors are refitted to every other
-  published row and then predict this one; for any other row it equals `fit` (it was never
-  fitted to).
+- a calibration row: leave-one-out, the factors refitted to every other calibration row;
+- a held-out row: the shipped calibration, which never saw it.
 
-`--refit` first refits the factors to published.csv and rewrites the shipped calibration file.
+Rows the model cannot predict (disaggregated serving, unknown GPU, ...) are listed as skipped
+with the reason. Then, per metric (tok/s per GPU, tok/s per user, TTFT), the median and worst
+absolute error on calibration rows and on held-out rows separately, and the same for the
+max-throughput figures. `--refit` first refits the factors to the calibration rows and rewrites
+the shipped calibration file (its bands included).
 """
 
 from __future__ import annotations
@@ -26,78 +27,84 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tuner.plan import perfmodel as pm  # noqa: E402
-from tuner.plan.planner import write_calibration  # noqa: E402
+from tuner.plan.study_fit import write_calibration  # noqa: E402
+
+
+def calibration_rows() -> list[pm.Observation]:
+    figures, _ = pm.split(pm.read_figures(pm.PUBLISHED_FILE))
+    return pm.usable(figures)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("csv", nargs="?", type=Path, default=pm.PUBLISHED_FILE)
     parser.add_argument("--refit", action="store_true",
-                        help="refit to published.csv and rewrite the shipped calibration")
+                        help="refit to published.csv's calibration rows and rewrite the shipped "
+                             "calibration")
     args = parser.parse_args()
 
-    published, _ = pm.usable(pm.read_figures(pm.PUBLISHED_FILE))
+    fit_set = calibration_rows()
     if args.refit:
-        cal = pm.calibrate(published, source=f"{pm.PUBLISHED_FILE.name} "
-                           f"({len(published)} figures)")
+        cal = pm.calibrate(fit_set, source=f"{pm.PUBLISHED_FILE.name} "
+                           f"({len(fit_set)} figures at 1024/1024)")
         write_calibration(cal, pm.CALIBRATION_FILE)
-        print(f"refitted to {pm.PUBLISHED_FILE}; wrote {pm.CALIBRATION_FILE}")
+        print(f"refitted to {len(fit_set)} calibration rows of {pm.PUBLISHED_FILE}; wrote "
+              f"{pm.CALIBRATION_FILE}")
     cal = pm.load_calibration()
     figures = pm.read_figures(args.csv)
-    modelled = [f for f in figures if _modelled(f)]
-    obs, skipped = pm.usable(figures)
-    fit_pred = pm.predict_observations(obs, cal)
-    loo_pred = fit_pred.copy()
-    in_fit = [_index(o, published) for o in obs]
-    for i, j in enumerate(in_fit):
-        if j is not None:
-            rest = [p for k, p in enumerate(published) if k != j]
-            loo_cal = pm.fit(rest, pm.prior_calibration(), source="leave-one-out")
-            loo_pred[i] = pm.predict_observations([obs[i]], loo_cal)[0]
-    values = np.array([o.value for o in obs])
-    fit_err, loo_err = fit_pred / values - 1, loo_pred / values - 1
+    rows: list[tuple[pm.Figure, pm.Observation, bool]] = []
+    skipped = []
+    for fig in figures:
+        try:
+            o = pm.observation(fig)
+        except ValueError as e:
+            skipped.append((fig, str(e)))
+            continue
+        rows.append((fig, o, o in fit_set))
+    pred = pm.predict_observations([o for _, o, _ in rows], cal)
+    for i, (_, o, calibrating) in enumerate(rows):
+        if calibrating:
+            rest = [p for p in fit_set if p != o]
+            pred[i] = pm.predict_observations([o], pm.fit(rest, pm.prior_calibration(),
+                                                          source="leave-one-out"))[0]
+    err = pred / np.array([o.value for _, o, _ in rows]) - 1 if rows else np.zeros(0)
 
-    print(f"calibration: {cal.source}; rows of {args.csv}: {len(figures)}, "
-          f"modelled {len(obs)}, skipped {len(skipped)}\n")
-    header = (f"{'model':13} {'engine':6} {'gpu':9} {'par.':8} {'isl/osl':9} {'conc':>4} "
-              f"{'metric':22} {'published':>9} {'predicted':>9} {'fit':>6} {'LOO':>6}  notes")
+    print(f"calibration: {cal.source}; rows of {args.csv}: {len(figures)}, modelled "
+          f"{len(rows)} ({sum(c for _, _, c in rows)} calibration, "
+          f"{sum(not c for _, _, c in rows)} held out), skipped {len(skipped)}\n")
+    header = (f"{'model':13} {'engine':6} {'gpu':9} {'par.':8} {'isl/osl':11} {'conc':>4} "
+              f"{'metric':22} {'published':>9} {'predicted':>9} {'error':>6}  set")
     print(header)
     print("-" * len(header))
-    rows = zip(modelled, obs, fit_pred, fit_err, loo_err, in_fit, strict=True)
-    for fig, o, fp, fe, le, j in rows:
-        s = o.setup
+    for (fig, o, calibrating), p, e in zip(rows, pred, err, strict=True):
         conc = "max" if o.concurrency == pm.MAX else f"{o.concurrency:.0f}"
-        par = fig.parallelism
-        notes = list(o.notes) + ([] if j is not None else ["not in the fit set"])
-        print(f"{s.model.name:13} {s.engine.name:6} {s.gpu.name:9} {par:8} "
-              f"{f'{s.isl}/{s.osl}':9} {conc:>4} {o.metric:22} {o.value:>9,.0f} {fp:>9,.0f} "
-              f"{fe:>+6.0%} {le:>+6.0%}  {'; '.join(notes)}")
+        lengths = f"{fig.isl}/{fig.osl}" + ("~" if fig.length_range else "")
+        notes = "calibration (LOO)" if calibrating else "held out"
+        notes += "".join(f"; {n}" for n in o.notes)
+        print(f"{fig.model:13} {fig.engine:6} {fig.gpu:9} {fig.parallelism:8} {lengths:11} "
+              f"{conc:>4} {o.metric:22} {_num(o.value):>9} {_num(p):>9} {e:>+6.0%}  {notes}")
     for f, reason in skipped:
-        print(f"{f.model:13} {f.engine:6} {f.gpu:9} {f.parallelism:8} {f.isl + '/' + f.osl:9} "
-              f"{f.concurrency:>4} {f.metric:22} {f.value:>9}  skipped: {reason}")
-    if not obs:
+        print(f"{f.model:13} {f.engine:6} {f.gpu:9} {f.parallelism[:8]:8} "
+              f"{f.isl + '/' + f.osl:11} {f.concurrency:>4} {f.metric:22} {f.value:>9}  "
+              f"skipped: {reason}")
+    if not rows:
         print("\nno row could be modelled")
         return
-    print(f"\nmedian absolute error: {np.median(np.abs(fit_err)):.1%} with the shipped "
-          f"calibration ({sum(j is not None for j in in_fit)} of {len(obs)} rows in-sample), "
-          f"{np.median(np.abs(loo_err)):.1%} leave-one-out")
-    print(f"worst absolute error:  {np.max(np.abs(fit_err)):.1%} with the shipped calibration, "
-          f"{np.max(np.abs(loo_err)):.1%} leave-one-out")
+    print(f"\n{'metric':16} {'set':12} {'rows':>4} {'median |err|':>13} {'worst |err|':>12}")
+    sets = (("calibration", True), ("held out", False))
+    kinds = [(g, lambda o, g=g: pm.GROUP_OF[o.metric] == g) for g in pm.GROUPS]
+    kinds.append(("max throughput", lambda o: o.concurrency == pm.MAX))
+    for kind, chosen in kinds:
+        for label, calibrating in sets:
+            e = np.array([abs(x) for (_, o, c), x in zip(rows, err, strict=True)
+                          if c == calibrating and chosen(o)])
+            figures_ = (f"{np.median(e):>13.1%} {np.max(e):>12.1%}" if len(e)
+                        else f"{'no rows':>13} {'-':>12}")
+            print(f"{kind:16} {label:12} {len(e):>4} {figures_}")
 
 
-def _index(o: pm.Observation, published: list[pm.Observation]) -> int | None:
-    for j, p in enumerate(published):
-        if p == o:
-            return j
-    return None
-
-
-def _modelled(f: pm.Figure) -> bool:
-    try:
-        pm.observation(f)
-    except ValueError:
-        return False
-    return True
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 if __name__ == "__main__":

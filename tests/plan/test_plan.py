@@ -4,6 +4,7 @@ No server is started; stores are SQLite files in a temporary directory."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ import yaml
 
 from tests.conftest import REPO, run_tuner, write_yaml
 from tuner.plan import perfmodel as pm
-from tuner.plan import planner
+from tuner.plan import planner, study_fit
 from tuner.plan.dry_run import offline_study
 from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
@@ -25,6 +26,7 @@ from tuner.search.trial import TrialResult
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import planned_inventory
 from tuner.spec.gpu_types import gpu_type
+from tuner.spec.sla import SLA
 from tuner.spec.space import infeasibility, load_space, shape_by_name
 from tuner.spec.study_spec import load_spec
 from tuner.store import Store
@@ -112,7 +114,7 @@ def test_ranking_follows_the_studys_objective_under_the_sla(tmp_path: Path):
     assert plan.meets_sla[best].any()
     j = int(np.argmax(np.where(plan.meets_sla[best], plan.prediction.tok_s_per_gpu[best], 0)))
     assert plan.prediction.tok_s_per_user[best, j] >= plan.sla.min_tok_s_per_user_p90
-    assert plan.prediction.ttft_ms[best, j] <= plan.sla.ttft_p90_ms
+    assert plan.prediction.ttft_p90_ms[best, j] <= plan.sla.ttft_p90_ms
 
 
 def test_warm_start_picks_skip_configurations_the_model_cannot_tell_apart(tmp_path: Path):
@@ -121,6 +123,42 @@ def test_warm_start_picks_skip_configurations_the_model_cannot_tell_apart(tmp_pa
     signatures = {tuple(np.round(plan.prediction.tok_s_per_gpu[m], 3)) for m in picked}
     assert len(signatures) == len(picked) == 4
     assert picked[0] == plan.ranked()[0]
+
+
+
+def test_the_warm_start_prefers_configurations_whose_band_reaches_the_sla(tmp_path: Path):
+    plan = plan_of(small_spec(tmp_path, gpu="H200"))
+    assert np.all(plan.reaches_sla >= plan.meets_sla)  # a band reaches what its point meets
+    # An SLA just above every point prediction of per-user speed: no level is predicted to meet
+    # it, but the bands of the fastest still reach it, and the warm start tries those first.
+    fastest = float(np.max(np.where(plan.meets_sla, plan.prediction.tok_s_per_user,
+                                    0)))
+    strict = dataclasses.replace(plan, sla=SLA(ttft_p90_ms=plan.sla.ttft_p90_ms,
+                                               min_tok_s_per_user_p90=fastest * 1.05))
+    assert not strict.meets_sla.any() and strict.reaches_sla.any()
+    picked = planner.top_distinct(strict, 3, by_band=True)
+    assert strict.reaches_sla[picked[0]].any()
+    assert not strict.objective.any()  # the point objective alone could not tell them apart
+    ranked = strict.ranked(by_band=True)
+    assert list(strict.reachable[ranked]) == sorted(strict.reachable[ranked], reverse=True)
+
+
+def test_a_given_acceptance_rate_replaces_the_fitted_one_for_speculative_configurations(
+        tmp_path: Path):
+    target = offline_study(load_spec(EXAMPLE), EXAMPLE, gpu="H200", engine=None)
+    screened = planner.screen(target)
+    low = planner.make_plan(target, screened=screened, acceptance=0.2)
+    high = planner.make_plan(target, screened=screened, acceptance=0.8)
+    spec_rows = [m for m in range(len(low.modeled))
+                 if low.params(m).get("speculative_method", "none") != "none"]
+    plain = [m for m in range(len(low.modeled)) if m not in set(spec_rows)]
+    assert spec_rows and plain
+    assert np.all(high.prediction.tok_s_per_user[spec_rows]
+                  > low.prediction.tok_s_per_user[spec_rows])
+    assert np.allclose(high.prediction.tok_s_per_user[plain],
+                       low.prediction.tok_s_per_user[plain])
+    assert any("acceptance rate 80% (--acceptance)" in line
+               for line in planner.summary_lines(high))
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json"])
@@ -160,6 +198,8 @@ def test_plan_on_h100_marks_what_cannot_fit_and_prints_front_and_candidates(tmp_
     assert "at c=256" in out and "do not fit, e.g. tp=1 dp=1" in out
     assert "KV cache for" in out and "of 80 GB" in out
     assert "predicted Pareto front" in out and "top 10 candidates" in out
+    assert "80% band" in out and "TTFT band" in out
+    assert "bands (80%): tok/s per GPU x/÷" in out
     with open(tmp_path / "plan.csv") as fh:
         rows = list(csv.DictReader(fh))
     unfit = [r for r in rows if r["fits"] == "False" and r["concurrency"] == "256"
@@ -293,7 +333,7 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
                   "kv_cache_dtype": "auto", "gpu_memory_fraction": 0.4}
     load_or_create_study(ctx).enqueue_trial(cannot_fit)
     expected = planner.make_plan(offline_study(ctx.spec, spec_path, gpu=None, engine=None))
-    top = [expected.params(m) for m in planner.top_distinct(expected, 2)]
+    top = [expected.params(m) for m in planner.top_distinct(expected, 2, by_band=True)]
 
     loop.run_study(ctx, n_trials=3,
                    warm_start=planner.warm_start(ctx, 2, store=ctx.store, study_name=ctx.name))
@@ -314,12 +354,13 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
 # ---------------------------------------------------------------- calibration to a study
 
 
-def _level(concurrency: int, per_gpu: float, per_user: float) -> LevelMeasurement:
+def _level(concurrency: int, per_gpu: float, per_user: float, ttft: float = 100.0,
+           ttft_p90: float = 150.0) -> LevelMeasurement:
     return LevelMeasurement(
         concurrency=concurrency, requests=64, errors=0, duration_s=60.0, input_tokens=65536,
         output_tokens=65536, request_throughput=1.0, output_tok_s=per_gpu,
         output_tok_s_per_gpu=per_gpu,
-        ttft_p50_ms=100.0, ttft_p90_ms=150.0, ttft_p99_ms=200.0, itl_p50_ms=10.0,
+        ttft_p50_ms=ttft, ttft_p90_ms=ttft_p90, ttft_p99_ms=ttft_p90 * 1.3, itl_p50_ms=10.0,
         itl_p90_ms=12.0, itl_p99_ms=15.0, tpot_p50_ms=10.0, tpot_p90_ms=12.0, e2e_p50_ms=9000.0,
         e2e_p90_ms=9500.0, tok_s_per_user_p50=per_user, tok_s_per_user_p90=per_user * 0.9,
         goodput_rps=1.0, meets_sla=True)
@@ -347,8 +388,15 @@ def synthetic_study(url: str, truth: pm.Calibration) -> None:
             trial_id = store.start_trial(spec.name, n, config, worker_host="h", worker_pid=1)
             store.finish_trial(trial_id, state="complete", objective=1.0, meets_sla=True,
                                measurements=[_level(c, float(p.tok_s_per_gpu[0, j]),
-                                                    float(p.tok_s_per_user[0, j]))
+                                                    float(p.tok_s_per_user[0, j]),
+                                                    float(p.ttft_ms[0, j]),
+                                                    float(p.ttft_p90_ms[0, j]))
                                              for j, c in enumerate(levels)])
+
+
+def _errors(stdout: str, label: str) -> list[float]:
+    line = next(line for line in stdout.splitlines() if label in line)
+    return [float(part.split("%")[0]) for part in line.split("median ")[1:]]
 
 
 def test_calibrating_to_a_study_reduces_the_error_on_its_measurements(tmp_path: Path):
@@ -361,19 +409,59 @@ def test_calibrating_to_a_study_reduces_the_error_on_its_measurements(tmp_path: 
     proc = run_tuner("plan", "--calibrate", "gpt-oss-120b-h200", "--storage", url, "--out",
                      str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    before = next(line for line in lines if "error before" in line)
-    after = next(line for line in lines if "error after" in line)
-    median = [float(line.split("median ")[1].split("%")[0]) for line in (before, after)]
+    median = _errors(proc.stdout, "error before") + _errors(proc.stdout, "error after")
     assert median[0] > 10 and median[1] < 2
+    held_out = _errors(proc.stdout, "held-out trials (12")
+    assert held_out[1] < held_out[0]
     refit = pm.load_calibration(out)
     assert refit.summary["median_abs_error_after"] < refit.summary["median_abs_error_before"]
-    # The refit file is what a later plan uses.
+    # The refit file is what a later plan uses, with bands from its held-out errors.
     with Store.open(url, create=False) as store:
-        obs = planner.study_observations(store.get_study("gpt-oss-120b-h200"),
-                                         store.trials("gpt-oss-120b-h200"))
-    assert len(obs) == 12 * 4 * 2
+        obs = study_fit.study_observations(store.get_study("gpt-oss-120b-h200"),
+                                           store.trials("gpt-oss-120b-h200"))
+    assert len(obs) == 12 * 4 * 4  # tok/s per GPU, per user, TTFT median and p90 per level
     assert np.median(np.abs(pm.errors(obs, refit))) < 0.02
+    assert refit.summary["bands"]["ttft"]["rows"] == 12 * 4 * 2
+
+
+TINY_STUDY = json.loads((Path(__file__).parent / "data" / "tiny_cpu_study.json").read_text())
+
+
+def tiny_cpu_study(url: str) -> str:
+    """The tiny CPU demo study's stored levels (tests/plan/data/tiny_cpu_study.json: copied from
+    a real run on 2 shared cores) in a fresh store; returns the study's name."""
+    spec, levels = TINY_STUDY["spec"], TINY_STUDY["levels"]
+    fields = {f for f in LevelMeasurement.__dataclass_fields__}
+    with Store.open(url) as store:
+        store.ensure_study(spec["name"], engine="vllm", model=spec["model"]["path"],
+                           gpu_type="cpu", spec=spec, space=TINY_STUDY["space"],
+                           tuner_version="test")
+        for number in sorted({lv["trial"] for lv in levels}):
+            mine = [lv for lv in levels if lv["trial"] == number]
+            trial_id = store.start_trial(spec["name"], number, mine[0]["params"],
+                                         worker_host="h", worker_pid=1)
+            store.finish_trial(trial_id, state=mine[0]["state"], objective=1.0, meets_sla=True,
+                               measurements=[LevelMeasurement(**{k: v for k, v in lv.items()
+                                                                 if k in fields})
+                                             for lv in mine])
+    return spec["name"]
+
+
+def test_calibrating_to_the_tiny_cpu_study_lowers_the_error_on_its_held_out_trials(
+        tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'tiny.db'}"
+    name = tiny_cpu_study(url)
+    out = tmp_path / "tiny.json"
+    proc = run_tuner("plan", "--calibrate", name, "--storage", url, "--out", str(out),
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    before, after = _errors(proc.stdout, "held-out trials (3")
+    assert after < before
+    assert "measured ngram acceptance rate" in proc.stdout
+    summary = pm.load_calibration(out).summary
+    assert summary["held_out_trials"] == 3
+    assert summary["held_out_median_abs_error_after"] < summary[
+        "held_out_median_abs_error_before"]
 
 
 def test_calibrating_a_study_that_does_not_exist_is_bad_input(tmp_path: Path):

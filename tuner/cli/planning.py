@@ -29,14 +29,19 @@ def plan(
     top: Annotated[int, typer.Option("--top", min=0, help="Candidates to list.")] = 10,
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Fitted factors to "
                            "use (default: the shipped fit to published figures).")] = None,
+    acceptance: Annotated[float | None, typer.Option("--acceptance", min=0.0, max=1.0,
+                          help="Speculative decoding's draft acceptance rate (accepted / "
+                          "proposed draft tokens, as vLLM's metrics count it) for every "
+                          "speculative configuration, instead of the fitted one.")] = None,
     calibrate: Annotated[str | None, typer.Option("--calibrate", metavar="STUDY", help="Refit "
                          "the model to this stored study's measurements and report the error "
-                         "before and after.")] = None,
+                         "before and after, and on each trial held out of the fit.")] = None,
     out_path: Annotated[Path | None, typer.Option("--out", help="With --calibrate: where the "
                         "refit factors go (default perfmodel-calibration-STUDY.json).")] = None,
 ) -> None:
     """Predict every configuration of the spec's search space with the performance model:
-    what cannot fit and why, the Pareto front and the top candidates. Nothing is launched."""
+    what cannot fit and why, the Pareto front and the top candidates, each with its 80% band.
+    Nothing is launched."""
     import time
 
     from tuner.plan import perfmodel, planner
@@ -55,14 +60,14 @@ def plan(
     spec = load_spec(spec_path)
     t0 = time.perf_counter()
     target = offline_study(spec, spec_path, gpu=gpu, engine=engine)
-    result = planner.make_plan(target, start)
+    result = planner.make_plan(target, start, acceptance=acceptance)
     elapsed = time.perf_counter() - t0
     out.print(f"plan of {result.name}: {result.engine} on {target.inventory.description}, space "
               f"{result.space.name}, ISL {result.isl} / OSL {result.osl}; calibration "
               f"{start.source}; {elapsed:.1f} s; nothing is launched")
     for line in planner.summary_lines(result):
         out.print(line)
-    out.print("\npredicted Pareto front (tok/s per GPU vs tok/s per user):")
+    out.print("\npredicted Pareto front (tok/s per GPU vs tok/s per user; 80% bands):")
     out.print(_table(planner.front_frame(result), width=90))
     if top:
         frame = planner.top_frame(result, top)
@@ -84,21 +89,29 @@ def plan(
 def _refit(name: str, storage: str | None, start, out_path: Path | None) -> None:
     import numpy as np
 
-    from tuner.plan import planner
+    from tuner.plan import study_fit
 
     store = _open(storage)
     chosen = _pick_study(store, name)
-    obs = planner.study_observations(chosen, store.trials(chosen.name))
-    result = planner.refit(obs, start, source=f"study {chosen.name}")
+    numbered = study_fit.trial_observations(chosen, store.trials(chosen.name))
+    result = study_fit.refit(numbered, start, source=f"study {chosen.name}")
     path = out_path or Path(f"perfmodel-calibration-{chosen.name}.json")
-    planner.write_calibration(result.calibration, path)
+    study_fit.write_calibration(result.calibration, path)
 
     def err(e) -> str:
+        if not len(e):
+            return "none"
         return f"median {np.median(np.abs(e)):.1%}, worst {np.max(np.abs(e)):.1%}"
 
-    out.print(f"refit to study {chosen.name}: {len(obs)} measured levels")
+    out.print(f"refit to study {chosen.name}: {len(result.observations)} measured figures")
     out.print(f"  error before ({start.source}): {err(result.before)}")
     out.print(f"  error after: {err(result.after)}")
+    if result.held_out_trials:
+        out.print(f"  held-out trials ({result.held_out_trials}, each refitted without it): "
+                  f"before {err(result.held_out_before)}; after {err(result.held_out_after)}")
+    for method, rate in study_fit.measured_acceptance(result.observations).items():
+        out.print(f"  measured {method} acceptance rate {rate:.0%} (used as measured, not "
+                  "fitted)")
     for k, v in result.calibration.factors.items():
         if abs(v - start[k]) > 1e-3 * abs(start[k]):
             out.print(f"  {k}: {start[k]:.4g} -> {v:.4g}")

@@ -1,11 +1,12 @@
 """`tuner plan`: the performance model's predictions for every configuration of a search space.
 
 It enumerates the space for one GPU type and engine, applies the engine rules, predicts tok/s per
-GPU, tok/s per user and TTFT at each of the spec's concurrency levels, marks what cannot fit in
-memory and why, and ranks: the study's objective (the best tok/s per GPU among levels predicted to
-meet the SLA) and the Pareto front of tok/s per GPU against tok/s per user. The same ranking feeds a
-study's warm start. Predictions are stored as predictions (source "perfmodel"), never as
-measurements; the model itself stores nothing.
+GPU, tok/s per user and TTFT (median, p90) at each of the spec's concurrency levels, each with its
+80% band, marks what cannot fit in memory and why, and ranks: the study's objective (the best
+tok/s per GPU among levels predicted to meet the SLA) and the Pareto front of tok/s per GPU
+against tok/s per user. The warm start ranks by the levels whose band reaches the SLA.
+Predictions are stored as predictions (source "perfmodel"), never as measurements; the model
+itself stores nothing. Refitting to a study is in study_fit.
 """
 
 from __future__ import annotations
@@ -90,22 +91,39 @@ class Plan:
     modeled: list[int]  # indices into configs that pass the rules
     cases: pm.Cases  # one row per modeled configuration
     prediction: pm.Prediction  # (modeled, levels)
+    band: pm.Band  # 80% bands of the prediction
+    acceptance: float | None = None  # the acceptance rate given for speculative configurations
+
+    def _sla(self, ttft_p90: np.ndarray, per_user: np.ndarray) -> np.ndarray:
+        ok = self.prediction.level_fits.copy()
+        if self.sla.ttft_p90_ms is not None:
+            ok &= ttft_p90 <= self.sla.ttft_p90_ms
+        if self.sla.min_tok_s_per_user_p90 is not None:
+            ok &= per_user >= self.sla.min_tok_s_per_user_p90
+        return ok
 
     @property
     def meets_sla(self) -> np.ndarray:
-        p = self.prediction
-        ok = p.level_fits.copy()
-        if self.sla.ttft_p90_ms is not None:
-            ok &= p.ttft_ms <= self.sla.ttft_p90_ms
-        if self.sla.min_tok_s_per_user_p90 is not None:
-            ok &= p.tok_s_per_user >= self.sla.min_tok_s_per_user_p90
-        return ok
+        """Levels whose predicted p90 TTFT and per-user speed meet the SLA (and that fit)."""
+        return self._sla(self.prediction.ttft_p90_ms, self.prediction.tok_s_per_user)
+
+    @property
+    def reaches_sla(self) -> np.ndarray:
+        """Levels whose band reaches the SLA: its optimistic edge (low TTFT, high speed) meets it,
+        so a measurement could show the level meeting it."""
+        return self._sla(self.band.ttft_p90_ms[0], self.band.tok_s_per_user[1])
 
     @property
     def objective(self) -> np.ndarray:
         """Per modeled configuration: the best tok/s per GPU among its levels predicted to meet
         the SLA (and fit), or 0 where none does: what the study maximizes."""
         return np.where(self.meets_sla, self.prediction.tok_s_per_gpu, 0.0).max(axis=1)
+
+    @property
+    def reachable(self) -> np.ndarray:
+        """Per modeled configuration: the best predicted tok/s per GPU among its levels whose band
+        reaches the SLA, or 0: what the warm start ranks by."""
+        return np.where(self.reaches_sla, self.prediction.tok_s_per_gpu, 0.0).max(axis=1)
 
     def params(self, m: int) -> dict[str, Any]:
         return self.configs[self.modeled[m]]
@@ -122,10 +140,12 @@ class Plan:
             return self.memory_reason(m)
         return pm.memory_reason(self.cases, self.prediction, (m, j), level=True)
 
-    def ranked(self) -> list[int]:
-        """Modeled configurations that fit, best predicted objective first (stable)."""
+    def ranked(self, by_band: bool = False) -> list[int]:
+        """Modeled configurations that fit, best predicted objective first (stable); with
+        `by_band`, configurations whose band reaches the SLA first, by `reachable`."""
         fits = np.flatnonzero(self.prediction.config_fits[:, 0])
-        order = np.argsort(-self.objective[fits], kind="stable")
+        key = self.reachable if by_band else self.objective
+        order = np.argsort(-key[fits], kind="stable")
         return [int(i) for i in fits[order]]
 
     def front(self) -> list[Point]:
@@ -163,7 +183,10 @@ def screen(target: PlanTarget) -> Screened:
 
 
 def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
-              screened: Screened | None = None) -> Plan:
+              screened: Screened | None = None, acceptance: float | None = None) -> Plan:
+    """Predictions for every configuration of the target's space that passes the engine rules;
+    `acceptance` (accepted / proposed draft tokens) replaces the fitted acceptance of
+    speculative configurations."""
     spec = target.spec
     gpu = gpu_for(target.gpu)
     model = model_for(spec, target.shape)
@@ -175,7 +198,8 @@ def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
     modeled = [i for i, r in enumerate(reasons) if r is None]
     setups = [pm.setup_of(configs[i], model=model, gpu=gpu, engine=engine,
                           layout=pm.layout_of(configs[i], target.adapter), isl=w.input_len,
-                          osl=w.output_len) for i in modeled]
+                          osl=w.output_len, spread=w.range_ratio, acceptance_rate=acceptance)
+              for i in modeled]
     if not setups:
         raise BadInput(f"no configuration of search space {target.space.name} passes the engine "
                        f"rules on {gpu.name}: nothing to plan")
@@ -186,7 +210,8 @@ def make_plan(target: PlanTarget, calibration: pm.Calibration | None = None,
                 devices=len(target.inventory.devices), levels=levels, isl=w.input_len,
                 osl=w.output_len, sla=spec.sla.to_sla(), calibration=calibration,
                 configs=configs, rule_reasons=reasons, modeled=modeled, cases=cases,
-                prediction=prediction)
+                prediction=prediction, band=pm.band(prediction, calibration),
+                acceptance=acceptance)
 
 
 # ---------------------------------------------------------------- what `tuner plan` prints
@@ -210,15 +235,34 @@ def summary_lines(plan: Plan, examples: int = 3) -> list[str]:
             lines.append(f"  at c={c}, {len(short):,} configurations do not fit, e.g. "
                          f"{describe(plan.params(m))}\n    {plan.level_reason(m, j)}")
     lines.append(f"{int(plan.meets_sla.any(axis=1).sum()):,} configurations are predicted to "
-                 f"meet the SLA at some level")
+                 f"meet the SLA at some level; the 80% band of "
+                 f"{int(plan.reaches_sla.any(axis=1).sum()):,} reaches it")
+    lines.append("bands (80%): " + "; ".join(
+        f"{label} x/÷ {np.exp(pm.BAND_Z * pm.sigma(plan.calibration, g)[0]):.2f} "
+        f"({pm.sigma(plan.calibration, g)[1]})" for g, label in (
+            ("tok_s_per_gpu", "tok/s per GPU"), ("tok_s_per_user", "per user"),
+            ("ttft", "TTFT"))))
+    if plan.acceptance is not None:
+        lines.append(f"speculative configurations at acceptance rate {plan.acceptance:.0%} "
+                     "(--acceptance)")
     return lines
 
 
+def _span(band: tuple[np.ndarray, np.ndarray], m: int, j: int) -> str:
+    lo, hi = float(band[0][m, j]), float(band[1][m, j])
+    return f"{lo:,.0f}-{hi:,.0f}" if hi >= 100 else f"{lo:,.1f}-{hi:,.1f}"
+
+
 def _point(plan: Plan, m: int, j: int) -> dict[str, Any]:
-    p = plan.prediction
+    p, b = plan.prediction, plan.band
+    sla = ("met" if plan.meets_sla[m, j] else "in band" if plan.reaches_sla[m, j]
+           else "missed")
     return {"config": describe(plan.params(m)), "c": plan.levels[j],
-            "tok/s/GPU": float(p.tok_s_per_gpu[m, j]), "tok/s/user": float(p.tok_s_per_user[m, j]),
-            "TTFT ms": float(p.ttft_ms[m, j]), "SLA": "met" if plan.meets_sla[m, j] else "missed"}
+            "tok/s/GPU": float(p.tok_s_per_gpu[m, j]), "80% band": _span(b.tok_s_per_gpu, m, j),
+            "tok/s/user": float(p.tok_s_per_user[m, j]),
+            "user band": _span(b.tok_s_per_user, m, j),
+            "TTFT p90 ms": float(p.ttft_p90_ms[m, j]), "TTFT band": _span(b.ttft_p90_ms, m, j),
+            "SLA": sla}
 
 
 def front_frame(plan: Plan) -> Any:
@@ -245,15 +289,31 @@ def top_frame(plan: Plan, n: int) -> Any:
 # ---------------------------------------------------------------- rows: export and store
 
 
+ROW_FIELDS = ("concurrency", "fits", "output_tok_s_per_gpu", "output_tok_s_per_gpu_lo",
+              "output_tok_s_per_gpu_hi", "tok_s_per_user", "tok_s_per_user_lo",
+              "tok_s_per_user_hi", "ttft_ms", "ttft_p90_ms", "ttft_p90_ms_lo", "ttft_p90_ms_hi",
+              "meets_sla", "band_reaches_sla", "reason")
+
+
 def level_row(plan: Plan, m: int, j: int) -> dict[str, Any]:
-    p = plan.prediction
+    p, b = plan.prediction, plan.band
+
+    def r(v) -> float:
+        return round(float(v[m, j]), 1)
+
     return {
         "concurrency": plan.levels[j],
         "fits": bool(p.level_fits[m, j]),
-        "output_tok_s_per_gpu": round(float(p.tok_s_per_gpu[m, j]), 1),
-        "tok_s_per_user": round(float(p.tok_s_per_user[m, j]), 1),
-        "ttft_ms": round(float(p.ttft_ms[m, j]), 1),
+        "output_tok_s_per_gpu": r(p.tok_s_per_gpu),
+        "output_tok_s_per_gpu_lo": r(b.tok_s_per_gpu[0]),
+        "output_tok_s_per_gpu_hi": r(b.tok_s_per_gpu[1]),
+        "tok_s_per_user": r(p.tok_s_per_user),
+        "tok_s_per_user_lo": r(b.tok_s_per_user[0]), "tok_s_per_user_hi": r(b.tok_s_per_user[1]),
+        "ttft_ms": r(p.ttft_ms),  # median
+        "ttft_p90_ms": r(p.ttft_p90_ms),
+        "ttft_p90_ms_lo": r(b.ttft_p90_ms[0]), "ttft_p90_ms_hi": r(b.ttft_p90_ms[1]),
         "meets_sla": bool(plan.meets_sla[m, j]),
+        "band_reaches_sla": bool(plan.reaches_sla[m, j]),
         "reason": plan.level_reason(m, j),
     }
 
@@ -264,9 +324,9 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for i, params in enumerate(plan.configs):
         if i not in modeled:
-            rows.append({"params": params, "concurrency": None, "fits": False,
-                         "output_tok_s_per_gpu": None, "tok_s_per_user": None, "ttft_ms": None,
-                         "meets_sla": False, "reason": plan.rule_reasons[i]})
+            rows.append({"params": params, **dict.fromkeys(ROW_FIELDS), "fits": False,
+                         "meets_sla": False, "band_reaches_sla": False,
+                         "reason": plan.rule_reasons[i]})
             continue
         rows.extend({"params": params, **level_row(plan, modeled[i], j)}
                     for j in range(len(plan.levels)))
@@ -286,19 +346,17 @@ def export(plan: Plan, path: Path) -> int:
                "gpu_type": plan.gpu.name, "devices": plan.devices,
                "workload": {"input_len": plan.isl, "output_len": plan.osl,
                             "concurrency": plan.levels},
-               "calibration": plan.calibration.source, "rows": rows}
+               "calibration": plan.calibration.source, "acceptance_rate": plan.acceptance,
+               "rows": rows}
         path.write_text(json.dumps(doc, indent=1) + "\n")
         return len(rows)
     names = list(plan.space.parameters)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow([*names, "concurrency", "fits", "output_tok_s_per_gpu",
-                         "tok_s_per_user", "ttft_ms", "meets_sla", "reason"])
+        writer.writerow([*names, *ROW_FIELDS])
         for r in rows:
             writer.writerow([r["params"].get(n, "") for n in names]
-                            + ["" if r[k] is None else r[k] for k in (
-                                "concurrency", "fits", "output_tok_s_per_gpu",
-                                "tok_s_per_user", "ttft_ms", "meets_sla", "reason")])
+                            + ["" if r[k] is None else r[k] for k in ROW_FIELDS])
     return len(rows)
 
 
@@ -328,13 +386,16 @@ def save(plan: Plan, store: Any, study_name: str,
 
 
 def warm_start(target: PlanTarget, k: int, *, store: Any, study_name: str) -> WarmStart:
-    """The model's top k configurations that fit, as the study's first trials: the search calls
-    `choose` with the configurations already finished (they are skipped) and stores those
-    predictions, and rejects before launch what the model's memory check says cannot fit."""
+    """The model's top k configurations that fit, as the study's first trials, ranked by the
+    best predicted tok/s per GPU among the levels whose 80% band reaches the SLA (so a
+    configuration the point prediction puts just past an SLA boundary is still tried, and one
+    whose whole band misses it comes last). The search calls `choose` with the configurations
+    already finished (they are skipped) and stores those predictions, and rejects before launch
+    what the model's memory check says cannot fit."""
     plan = make_plan(target)
 
     def choose(done: set[str]) -> list[dict[str, Any]]:
-        picked = top_distinct(plan, k, skip=done)
+        picked = top_distinct(plan, k, skip=done, by_band=True)
         if picked:
             save(plan, store, study_name, picked)
         return [plan.params(m) for m in picked]
@@ -342,13 +403,15 @@ def warm_start(target: PlanTarget, k: int, *, store: Any, study_name: str) -> Wa
     return WarmStart(check=plan.fit_check(), choose=choose)
 
 
-def top_distinct(plan: Plan, k: int, skip: Collection[str] = ()) -> list[int]:
-    """The k best configurations by predicted objective, skipping those whose predictions equal
-    one already picked (the model cannot tell them apart: one trial speaks for them all)."""
+def top_distinct(plan: Plan, k: int, skip: Collection[str] = (), *,
+                 by_band: bool = False) -> list[int]:
+    """The k best configurations by predicted objective (`by_band`: by `Plan.reachable`),
+    skipping those whose predictions equal one already picked (the model cannot tell them
+    apart: one trial speaks for them all)."""
     seen: set[tuple[float, ...]] = set()
     picked: list[int] = []
     p = plan.prediction
-    for m in plan.ranked():
+    for m in plan.ranked(by_band=by_band):
         if len(picked) >= k:
             break
         if config_key(plan.params(m)) in skip:
@@ -359,65 +422,3 @@ def top_distinct(plan: Plan, k: int, skip: Collection[str] = ()) -> list[int]:
         seen.add(signature)
         picked.append(m)
     return picked
-
-
-# ---------------------------------------------------------------- refitting to a study
-
-
-@dataclass
-class Refit:
-    calibration: pm.Calibration
-    observations: list[pm.Observation]
-    before: np.ndarray  # relative errors with the calibration it started from
-    after: np.ndarray
-
-
-def study_observations(study: Any, trials: Sequence[Any]) -> list[pm.Observation]:
-    """A stored study's measured levels as observations: tok/s per GPU and the median decode
-    speed per user at each level of every complete trial."""
-    from tuner.serve.engines import get_adapter
-    from tuner.spec.gpu_types import gpu_type
-
-    spec = StudySpec.model_validate(study.spec)
-    if not spec.model.shape:
-        raise BadInput(f"study {study.name}: its spec names no model.shape, so the performance "
-                       f"model cannot tell which model it measured (one of "
-                       f"{', '.join(known_shapes())})")
-    model = pm.model_facts(spec.model.shape)
-    gpu = gpu_for(gpu_type(study.gpu_type))
-    engine = pm.facts().engine(study.engine)
-    adapter = get_adapter(study.engine)
-    w = spec.workload
-    out = []
-    for t in trials:
-        if t.state != "complete":
-            continue
-        setup = pm.setup_of(t.params, model=model, gpu=gpu, engine=engine,
-                            layout=pm.layout_of(t.params, adapter), isl=w.input_len,
-                            osl=w.output_len)
-        for m in t.measurements:
-            if m.requests <= m.errors or m.output_tok_s_per_gpu <= 0:
-                continue
-            out.append(pm.Observation(setup, m.concurrency, "output_tok_s_per_gpu",
-                                      m.output_tok_s_per_gpu))
-            if m.tok_s_per_user_p50:
-                out.append(pm.Observation(setup, m.concurrency, "output_tok_s_per_user",
-                                          m.tok_s_per_user_p50))
-    return out
-
-
-def refit(obs: Sequence[pm.Observation], start: pm.Calibration, source: str) -> Refit:
-    """Refit the factors to a study's observations, the current calibration as the prior."""
-    if not obs:
-        raise BadInput("the study has no complete trial with measurements to calibrate on")
-    fitted = pm.fit(obs, start, source=source, prior=start)
-    before, after = pm.errors(obs, start), pm.errors(obs, fitted)
-    summary = {"observations": len(obs), "started_from": start.source,
-               "median_abs_error_before": round(float(np.median(np.abs(before))), 4),
-               "median_abs_error_after": round(float(np.median(np.abs(after))), 4)}
-    factors = {k: round(v, 6) for k, v in fitted.factors.items()}
-    return Refit(pm.Calibration(factors, source, summary), list(obs), before, after)
-
-
-def write_calibration(calibration: pm.Calibration, path: Path) -> None:
-    path.write_text(json.dumps(calibration.to_json(), indent=1) + "\n")

@@ -26,59 +26,68 @@ head, and k draft steps. Kernels run one after another, so each has its own roof
 add. MoE: bytes of the experts the step's T tokens touch, E (1 - (1 - top_k / E)^T); compute at
 the kernel family's precision (BF16 on Hopper, MXFP8 on Blackwell) x moe_eff[arch] x
 moe_kernel[family] x tile fill (m + s) / (m + s + m0), m = tokens per touched expert. Speculation
-yields e = (1 - a^(k+1)) / (1 - a) tokens per step at acceptance a. Throughput per GPU =
-sequences x e / t_step / GPUs; per user = e / t_step; TTFT = prompt chunks x step + a queue
-(Little's law) when the concurrency exceeds what the server holds.
+yields e = (1 - a^(k+1)) / (1 - a) tokens per step at a per-token acceptance a, or 1 + R k where
+the acceptance rate R (accepted / proposed) is measured or given. Throughput per GPU =
+sequences x e / t_step / GPUs; per user = e / t_step. In steady state each step also prefills
+the prompts of the sequences replacing finished ones (chunked prefill), which slows decode.
+TTFT (median, p90) = the wait for a step boundary + an M/D/1-like wait for room in the steps'
+token budget (what the running batch's decodes leave) + the prompt's own chunks, each a step
+carrying the batch's decodes, + a closed-loop queue (Little's law) when the concurrency exceeds
+what the server holds. A workload's length spread (range_ratio) sets the longest sequence the
+KV cache must hold and the p90 prompt. Every prediction has an 80% band from the calibration's
+leave-one-out errors (_band). Disaggregated serving and KV-aware routing are not modelled:
+published figures of them are skipped with the reason (tuner/data/perfmodel.yaml `unmodelled`).
 """
 
+from tuner.plan.perfmodel._band import BAND_Z, Band, band, sigma
 from tuner.plan.perfmodel._facts import (
     CALIBRATION_FILE,
+    GENERATED_SHAPES,
     PUBLISHED_FILE,
     Calibration,
     EngineFacts,
     Facts,
     ModelFacts,
+    device,
     facts,
     gpu_for_model,
     load_calibration,
     model_facts,
     prior_calibration,
 )
-from tuner.plan.perfmodel._fit import (
+from tuner.plan.perfmodel._figures import (
+    GROUP_OF,
+    GROUPS,
     METRICS,
     Figure,
     Observation,
+    calibrates,
+    length_range,
+    observation,
+    read_figures,
+    split,
+    usable,
+)
+from tuner.plan.perfmodel._fit import (
+    band_summary,
     calibrate,
     errors,
     fit,
     leave_one_out,
-    observation,
     predict_observations,
-    read_figures,
     relevant_factors,
-    usable,
 )
-from tuner.plan.perfmodel._roofline import (
-    MAX,
-    Cases,
-    Layout,
-    Prediction,
-    Setup,
-    expected_tokens,
-    layout_of,
-    memory_reason,
-    parse_parallelism,
-    predict,
-    setup_of,
-    stack,
-)
+from tuner.plan.perfmodel._layout import Layout, layout_of, parse_parallelism
+from tuner.plan.perfmodel._predict import Prediction, expected_tokens, memory_reason, predict
+from tuner.plan.perfmodel._roofline import MAX, Cases, Setup, setup_of, stack
 
 __all__ = [
-    "CALIBRATION_FILE", "MAX", "METRICS", "PUBLISHED_FILE", "Calibration", "Cases", "EngineFacts",
-    "Facts", "Figure", "Layout", "ModelFacts", "Observation", "Prediction", "Setup", "calibrate",
-    "errors", "leave_one_out", "usable",
-    "expected_tokens", "facts", "fit", "gpu_for_model", "layout_of", "load_calibration",
-    "memory_reason", "model_facts", "observation", "parse_parallelism", "predict",
-    "predict_observations", "prior_calibration", "read_figures", "relevant_factors", "setup_of",
-    "stack",
+    "BAND_Z", "CALIBRATION_FILE", "GENERATED_SHAPES", "GROUPS", "GROUP_OF", "MAX", "METRICS",
+    "PUBLISHED_FILE", "Band", "Calibration", "Cases", "EngineFacts", "Facts", "Figure", "Layout",
+    "ModelFacts", "Observation", "Prediction", "Setup", "band", "band_summary", "calibrate",
+    "calibrates", "device", "errors", "expected_tokens", "facts", "fit", "gpu_for_model",
+    "layout_of", "leave_one_out", "length_range", "load_calibration", "memory_reason",
+    "model_facts", "observation", "parse_parallelism", "predict", "predict_observations",
+    "prior_calibration", "read_figures", "relevant_factors", "setup_of", "sigma", "split",
+    "stack", "usable",
 ]

@@ -69,10 +69,13 @@ class ModelFacts:
 
 
 def model_facts(name: str) -> ModelFacts:
+    """A shape of tuner/data/models.yaml, or a tiny model tuner generates (model.generate)."""
+    if name in GENERATED_SHAPES:
+        return _generated_facts(name)
     shapes = known_shapes()
     if name not in shapes:
         raise BadInput(f"model shape {name!r} is not in tuner/data/models.yaml: the performance "
-                       f"model knows {', '.join(shapes)}")
+                       f"model knows {', '.join([*shapes, *GENERATED_SHAPES])}")
     s = shapes[name]
     missing = [k for k in ("intermediate_size", "sliding_window", "sliding_window_layers",
                            "expert_bits_per_param", "dense_bits_per_param") if k not in s]
@@ -86,6 +89,26 @@ def model_facts(name: str) -> ModelFacts:
         experts_per_token=s["experts_per_token"], intermediate=s["intermediate_size"],
         vocab=s["vocab_size"], expert_bytes=s["expert_bits_per_param"] / 8,
         dense_bytes=s["dense_bits_per_param"] / 8,
+    )
+
+
+# The generated tiny gpt-oss (tuner.serve.tiny_model, BF16 weights), so a CPU study's trials can
+# refit the model: its shape is read from the generator, not copied.
+GENERATED_SHAPES = ("tiny-gpt-oss",)
+
+
+def _generated_facts(name: str) -> ModelFacts:
+    from tuner.serve.tiny_model import TINY_GPT_OSS, VOCAB_SIZE
+
+    s = TINY_GPT_OSS
+    sliding = sum(t == "sliding_attention" for t in s["layer_types"])
+    return ModelFacts(
+        name=name, layers=s["num_hidden_layers"], sliding_layers=sliding,
+        window=s["sliding_window"], hidden=s["hidden_size"], heads=s["num_attention_heads"],
+        kv_heads=s["num_key_value_heads"], head_dim=s["head_dim"],
+        experts=s["num_local_experts"], experts_per_token=s["num_experts_per_tok"],
+        intermediate=s["intermediate_size"], vocab=VOCAB_SIZE, expert_bytes=2.0,
+        dense_bytes=2.0,
     )
 
 
@@ -118,6 +141,9 @@ class Facts:
     drafts: dict[str, dict[str, float]]
     default_draft_len: int
     priors: dict[str, Prior]
+    cpu_rank: GpuType  # one CPU rank of the CPU build, as a device with a roofline
+    band_sigma: dict[str, float]  # log-error sigma per metric where calibration gives none
+    unmodelled: dict[str, str]  # serving modes the model skips, with the reason
 
     def engine(self, name: str) -> EngineFacts:
         if name not in self.engines:
@@ -140,6 +166,7 @@ def facts() -> Facts:
               for name, p in raw["factors"].items()}
     spec = dict(raw["speculative"])
     default_k = spec.pop("default_draft_len")
+    cpu = raw["cpu_rank"]
     return Facts(
         reserved_bytes=raw["memory"]["reserved_gb"] * GB,
         activation_hidden_copies=raw["memory"]["activation_hidden_copies"],
@@ -147,16 +174,28 @@ def facts() -> Facts:
         moe_small_batch_tokens=raw["moe"]["small_batch_tokens"], engines=engines,
         kernel_precision=raw["kernel_precision"], drafts=spec, default_draft_len=default_k,
         priors=priors,
+        cpu_rank=GpuType(name="cpu", arch="cpu", memory_gb=cpu["memory_gb"],
+                         hbm_tb_s=cpu["memory_tb_s"], bf16_dense_tflops=cpu["bf16_tflops"],
+                         nvlink_bidir_gb_s=cpu["link_bidir_gb_s"]),
+        band_sigma=dict(raw["bands"]["prior_sigma"]), unmodelled=dict(raw["unmodelled"]),
     )
+
+
+def device(gpu: GpuType) -> GpuType:
+    """The GPU type as the model computes with it: its datasheet figures, or for the CPU build
+    the estimated figures of one CPU rank (tuner/data/perfmodel.yaml)."""
+    if gpu.arch == "cpu":
+        return facts().cpu_rank
+    if gpu.hbm_tb_s is None or gpu.bf16_dense_tflops is None:
+        raise BadInput(f"GPU type {gpu.name} has no bandwidth or FLOPS figures in "
+                       "tuner/data/gpus.csv: the performance model needs them")
+    return gpu
 
 
 def gpu_for_model(name: str) -> GpuType:
     for key, g in gpu_types().items():
         if key.lower() == name.lower():
-            if g.hbm_tb_s is None or g.bf16_dense_tflops is None:
-                raise BadInput(f"GPU type {g.name} has no bandwidth or FLOPS figures in "
-                               "tuner/data/gpus.csv: the performance model needs them")
-            return g
+            return device(g)
     raise BadInput(f"GPU type {name!r} is not in tuner/data/gpus.csv")
 
 

@@ -1,5 +1,5 @@
-"""The equations: memory per GPU, the time of one engine step, and predictions per concurrency
-level, computed on numpy arrays so a whole search space is one computation."""
+"""The equations: memory per GPU and the time of one engine step, computed on numpy arrays so a
+whole search space is one computation (the predictions per level are in _predict)."""
 
 from __future__ import annotations
 
@@ -11,52 +11,11 @@ from typing import Any
 import numpy as np
 
 from tuner.plan.perfmodel._facts import GB, Calibration, EngineFacts, ModelFacts, facts
+from tuner.plan.perfmodel._layout import Layout
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType
 
 MAX = math.inf  # concurrency "max": as many sequences as the batch limit and KV cache allow
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How a server's GPUs split the work: attention by TP x DP, experts by EP x (MoE) TP."""
-
-    world: int  # GPUs of one server
-    attention_tp: int
-    attention_dp: int
-    expert_parallel: int
-
-    @property
-    def moe_tp(self) -> int:
-        return self.world // self.expert_parallel
-
-
-def layout_of(config: dict[str, Any], adapter: Any) -> Layout:
-    """From canonical parameters and the adapter's world size and EP width (no engine names):
-    `data_parallel_size` ranks replicate attention; `enable_attention_dp` makes every rank one."""
-    world = int(adapter.world_size(config))
-    dp = world if config.get("enable_attention_dp") else int(config.get("data_parallel_size", 1))
-    dp = max(1, min(dp, world))
-    return Layout(world, world // dp, dp, max(1, int(adapter.expert_parallel_width(config))))
-
-
-def parse_parallelism(text: str) -> Layout:
-    """A published parallelism such as "TP8", "TP8 EP1", "DEP4", "TP2 EP2", "TP4 DP2"."""
-    sizes = {"TP": 1, "DP": 1, "EP": 1, "DEP": 0}
-    for token in text.upper().replace(",", " ").replace("+", " ").split():
-        for key in ("DEP", "TP", "DP", "EP"):  # DEP before DP and EP
-            if token.startswith(key) and token[len(key):].isdigit():
-                sizes[key] = int(token[len(key):])
-                break
-        else:
-            raise ValueError(f"parallelism {text!r}: cannot read {token!r}")
-    if sizes["DEP"]:  # attention data-parallel with expert-parallel MoE over the same ranks
-        n = sizes["DEP"]
-        return Layout(n, 1, n, n)
-    world = sizes["TP"] * sizes["DP"]
-    if world % sizes["EP"]:
-        raise ValueError(f"parallelism {text!r}: EP {sizes['EP']} does not divide {world} GPUs")
-    return Layout(world, sizes["TP"], sizes["DP"], sizes["EP"])
 
 
 @dataclass(frozen=True)
@@ -74,13 +33,19 @@ class Setup:
     memory_fraction: float
     speculative: str  # none, eagle3, ngram
     draft_len: int
-    isl: int
-    osl: int
+    isl: float  # mean prompt length
+    osl: float  # mean output length
     replicas: int = 1  # servers sharing the figure's GPUs and its concurrency
+    # Lengths uniform in [mean (1 - spread), mean (1 + spread)] (a workload's range_ratio).
+    spread: float = 0.0
+    # Accepted / proposed draft tokens, measured or given (--acceptance); None: the fitted
+    # per-token acceptance of the method.
+    acceptance_rate: float | None = None
 
 
 def setup_of(config: dict[str, Any], *, model: ModelFacts, gpu: GpuType, engine: EngineFacts,
-             layout: Layout, isl: int, osl: int) -> Setup:
+             layout: Layout, isl: float, osl: float, spread: float = 0.0,
+             acceptance_rate: float | None = None) -> Setup:
     """A study configuration (canonical parameters) as a Setup."""
     method = str(config.get("speculative_method", "none"))
     k = int(config.get("num_speculative_tokens", facts().default_draft_len)) \
@@ -92,7 +57,8 @@ def setup_of(config: dict[str, Any], *, model: ModelFacts, gpu: GpuType, engine:
         max_num_tokens=int(config.get("max_num_tokens", engine.max_num_tokens)),
         kv_cache_dtype=str(config.get("kv_cache_dtype", "auto")),
         memory_fraction=float(config.get("gpu_memory_fraction", 0.9)),
-        speculative=method, draft_len=k, isl=isl, osl=osl,
+        speculative=method, draft_len=k, isl=isl, osl=osl, spread=spread,
+        acceptance_rate=acceptance_rate if method != "none" else None,
     )
 
 
@@ -141,6 +107,8 @@ class Cases:
     isl: np.ndarray
     osl: np.ndarray
     replicas: np.ndarray
+    spread: np.ndarray
+    acc_rate: np.ndarray  # NaN where the fitted per-token acceptance applies
     # factor keys: index arrays into the names below
     family: np.ndarray
     engine: np.ndarray
@@ -231,6 +199,8 @@ def stack(setups: Sequence[Setup]) -> Cases:
         draft_params=arr(lambda s: draft[s.speculative]["draft_params_b"] * 1e9),
         draft_layers=arr(lambda s: draft[s.speculative]["draft_layers"]),
         isl=arr(lambda s: s.isl), osl=arr(lambda s: s.osl), replicas=arr(lambda s: s.replicas),
+        spread=arr(lambda s: s.spread),
+        acc_rate=arr(lambda s: np.nan if s.acceptance_rate is None else s.acceptance_rate),
         family=fam_idx, engine=eng_idx, method=met_idx, arch=arch_idx, family_names=fam_names,
         engine_names=eng_names, method_names=met_names, arch_names=arch_names,
     )
@@ -244,7 +214,7 @@ class Factors:
     dense_eff: float
     moe_eff: np.ndarray
     fill_tokens: float
-    layer_s: float
+    layer_s: np.ndarray
     step_s: np.ndarray
     comm_eff: float
     comm_latency_s: float
@@ -258,12 +228,14 @@ def factor_arrays(c: Cases, cal: Calibration) -> Factors:
         values = [cal[f"{prefix}.{n}"] if f"{prefix}.{n}" in priors else 1.0 for n in names]
         return np.array(values or [1.0])[idx]
 
+    device = pick("step_device", c.arch_names, c.arch)
     return Factors(
         bw_eff=cal["bw_eff"], dense_eff=cal["dense_eff"],
         moe_eff=(pick("moe_eff", c.arch_names, c.arch)
                  * pick("moe_kernel", c.family_names, c.family)),
-        fill_tokens=cal["moe_fill_tokens"], layer_s=cal["layer_overhead_us"] * 1e-6,
-        step_s=cal["step_overhead_ms"] * 1e-3 * pick("step_engine", c.engine_names, c.engine),
+        fill_tokens=cal["moe_fill_tokens"], layer_s=cal["layer_overhead_us"] * 1e-6 * device,
+        step_s=(cal["step_overhead_ms"] * 1e-3 * pick("step_engine", c.engine_names, c.engine)
+                * device),
         comm_eff=cal["comm_eff"], comm_latency_s=cal["comm_latency_us"] * 1e-6,
         ep_imbalance=cal["ep_imbalance"], acceptance=pick("acceptance", c.method_names, c.method),
     )
@@ -368,92 +340,3 @@ def _comm(c: Cases, f: Factors, n_rank: np.ndarray, tokens: np.ndarray) -> np.nd
     return c.layers * (attention + np.where(c.ep > 1, expert_parallel, moe_tp_only))
 
 
-# ---------------------------------------------------------------- predictions
-
-
-@dataclass
-class Prediction:
-    """Arrays shaped like the broadcast of cases and concurrency levels."""
-
-    tok_s_per_gpu: np.ndarray  # output tokens
-    tok_s_per_user: np.ndarray  # decode speed one user sees
-    ttft_ms: np.ndarray
-    batch: np.ndarray  # sequences running on the server
-    level_fits: np.ndarray  # KV for the concurrency's sequences fits (and the config does)
-    config_fits: np.ndarray  # the weights, activations and one sequence's KV fit
-    kv_needed: np.ndarray  # bytes per GPU of KV for the level's sequences at full length
-    memory: Memory
-
-
-def expected_tokens(k: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Tokens one step yields with a draft of length k accepted at rate a: (1 - a^(k+1))/(1 - a)."""
-    a = np.clip(a, 0.0, 0.999)
-    return np.where(k > 0, (1 - a ** (k + 1)) / (1 - a), 1.0)
-
-
-def predict(c: Cases, conc: np.ndarray, cal: Calibration) -> Prediction:
-    """Predictions at client concurrency `conc` (MAX: as many as the server holds), broadcast
-    against the cases (use `c.column()` with a row of levels for every case x level)."""
-    f = factor_arrays(c, cal)
-    mem = memory(c)
-    conc = np.asarray(conc, dtype=float)
-    full_len = c.isl + c.osl
-    kv_full = kv_per_sequence(c, mem, full_len)
-    config_fits = mem.kv_budget >= kv_full
-    per_rank = np.maximum(np.floor(np.maximum(mem.kv_budget, 0) / kv_per_sequence(
-        c, mem, c.isl + c.osl / 2)), 0)
-    per_rank = np.maximum(np.minimum(c.max_batch, per_rank), 1)
-    room = c.adp * per_rank
-    want = np.where(np.isinf(conc), room, conc / c.replicas)
-    seqs = np.minimum(want, room)
-    b = np.minimum(np.ceil(seqs / c.adp - 1e-9), per_rank)
-    b = np.maximum(b, 1)
-    e = expected_tokens(c.draft_len, f.acceptance)
-    p_rank = b * e * c.isl / c.osl
-    p_all = seqs * e * c.isl / c.osl
-    t = step_time(c, f, b, seqs, p_rank, p_all)
-    others = (b - 1) / b
-    t_user = step_time(c, f, b, seqs, p_rank * others, p_all * others)
-    tok_gpu = seqs * e / t / c.world
-    tok_user = e / t_user
-    # TTFT: the prompt in chunks of what the step's token budget leaves, after half a step's wait,
-    # plus a queue when more clients wait than the server holds (Little's law, closed loop).
-    budget = np.maximum(c.max_tokens - b * (1 + c.draft_len), 1)
-    chunk = np.minimum(c.isl, budget)
-    t_chunk = step_time(c, f, b, seqs, p_rank + chunk, p_all + chunk)
-    service = np.ceil(c.isl / budget) * t_chunk + 0.5 * t
-    rate = seqs * e / (c.osl * t)  # requests per second per server
-    cycle = service + (c.osl - 1) / tok_user
-    wait = np.where(want > seqs, np.maximum(want / rate - cycle, 0), 0)
-    held = np.minimum(np.ceil(np.minimum(want, c.adp * c.max_batch) / c.adp - 1e-9), c.max_batch)
-    kv_needed = np.maximum(held, 1) * kv_full
-    return Prediction(
-        tok_s_per_gpu=tok_gpu, tok_s_per_user=tok_user, ttft_ms=(wait + service) * 1e3,
-        batch=seqs, level_fits=config_fits & (kv_needed <= mem.kv_budget),
-        config_fits=config_fits, kv_needed=kv_needed, memory=mem,
-    )
-
-
-def memory_reason(c: Cases, p: Prediction, i: int | tuple[int, ...], *, level: bool) -> str:
-    """Why case i (and level, for `level=True`) does not fit, as one sentence."""
-    mem = p.memory
-
-    def at(v) -> float:
-        return float(np.broadcast_to(v, np.broadcast(v, p.kv_needed).shape)[i])
-
-    budget = at(mem.kv_budget)
-    frac = at(c.memory_fraction)
-    of = "of" if at(c.fraction_of_total) else "of what is free on"
-    used = (f"weights {at(mem.weights) / GB:.1f} GB + activations {at(mem.activations) / GB:.1f}"
-            f" GB + reserve {mem.reserved / GB:.1f} GB")
-    where = f"memory fraction {frac:g} {of} {at(c.memory) / GB:.0f} GB"
-    if budget <= 0:
-        limit = where if at(c.fraction_of_total) else f"{at(c.memory) / GB:.0f} GB of the GPU"
-        return f"{used} exceed the {limit}"
-    if not level:
-        return (f"{used} leave {budget / GB:.1f} GB for the KV cache at {where}: less than one "
-                f"{at(c.isl) + at(c.osl):,.0f}-token sequence")
-    per_rank = at(p.kv_needed)
-    seqs = per_rank / max(at(kv_per_sequence(c, mem, c.isl + c.osl)), 1)
-    return (f"KV cache for {seqs:,.0f} sequences of {at(c.isl) + at(c.osl):,.0f} tokens needs "
-            f"{per_rank / GB:.1f} GB per GPU; {used} leave {budget / GB:.1f} GB at {where}")
