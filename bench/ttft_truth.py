@@ -1,0 +1,69 @@
+"""Which client reports the TTFT a server really has: tuner's load generator and `vllm bench
+serve` against the repository's fake OpenAI server, whose first token leaves `--ttft-ms` after a
+request arrives and every next one `--itl-ms` later, at the same load, alternated, in one run.
+Run by hand (no vLLM server; `vllm bench` is the CPU build's, from the venv):
+
+    .venv/bin/python bench/ttft_truth.py [--concurrency 8] [--requests 512] [--rounds 3]
+
+The fake server runs in a process of its own on the server's timetable, so what a client adds
+to `--ttft-ms` is its own: the time from its send to the request's arrival, plus the time from
+the first chunk's arrival to the moment the client reads it (its event loop's backlog while it
+parses the other streams' chunks). The table prints each client's median TTFT over rounds, its
+excess over the server's, and the median ITL against `--itl-ms`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+from fake_openai_server import Script, serve_in_process  # noqa: E402
+from loadgen_vs_vllm_bench import tuner_client, vllm_bench_client  # noqa: E402
+from tiny_vllm import tiny_vllm  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default=".tuner/models/tiny-gpt-oss",
+                   help="its tokenizer makes the prompts (no server loads it)")
+    p.add_argument("--ttft-ms", type=float, default=10.0)
+    p.add_argument("--itl-ms", type=float, default=2.0)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--input-len", type=int, default=64)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    a = p.parse_args()
+    # What loadgen_vs_vllm_bench's clients read from their arguments.
+    a.guidellm, a.max_num_seqs, a.autogroup_nice, a.keep, a.tuner_ids = "none", 0, None, None, False
+
+    model, vocab, _ = tiny_vllm(a.model)
+    script = Script(ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000)
+    got: dict[str, list] = {"tuner": [], "vllm bench": []}
+    with serve_in_process(script) as (url, _pid), tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            for who in (list(got) if r % 2 == 0 else list(reversed(got))):
+                f = (tuner_client(url, model, vocab, a, r, Path(tmp), "text") if who == "tuner"
+                     else vllm_bench_client(url, model, a, r, Path(tmp)))
+                got[who].append(f)
+                print(f"round {r} {who:<11} TTFT p50 {f.ttft_p50_ms:6.2f} ms  ITL p50 "
+                      f"{f.itl_p50_ms:5.2f} ms  {f.output_tok_s:>9,.0f} tok/s", flush=True)
+    print(f"\nfake server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; c={a.concurrency}, "
+          f"{a.requests} requests a round, {a.rounds} rounds (medians over rounds)")
+    print(f"{'client':<12}{'TTFT p50 ms':>12}{'excess ms':>11}{'ITL p50 ms':>12}{'tok/s':>10}")
+    for who, figures in got.items():
+        ttft = statistics.median(f.ttft_p50_ms for f in figures)
+        itl = statistics.median(f.itl_p50_ms for f in figures)
+        tok_s = statistics.median(f.output_tok_s for f in figures)
+        print(f"{who:<12}{ttft:>12.2f}{ttft - a.ttft_ms:>11.2f}{itl:>12.2f}{tok_s:>10,.0f}")
+
+
+if __name__ == "__main__":
+    main()
