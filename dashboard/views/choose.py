@@ -52,9 +52,10 @@ def render() -> None:
             "label": f"chosen: {best.study.name} trial {best.trial.number}"}
         st.altair_chart(ui.choose_chart(points, y=y, target=float(target), winner=star,
                                         log_x=log_x), width="stretch")
-        st.caption(f"{ui.plural(len(points), 'measured level')} of {ui.plural(len(datas), 'study')}"
-                   ", first runs; filled: the level met its study's SLA. The dashed line is the "
-                   "per-user target; the diamond is the chosen level (a confirmed study's "
+        studies = "1 study" if len(datas) == 1 else f"{len(datas)} studies"
+        st.caption(f"{ui.plural(len(points), 'measured level')} of {studies}, first runs; "
+                   "filled: the level met its study's SLA. The dashed line is the per-user "
+                   "target; the diamond is the chosen level (a confirmed study's "
                    "choice rests on its confirmations).")
 
     if best is None:
