@@ -1,16 +1,20 @@
-"""How fast the dashboard's study page renders on a large study: run by hand, prints a table.
+"""How fast the dashboard's study and Choose pages render on large studies: run by hand, prints
+a table.
 
     .venv/bin/python bench/dashboard_load.py [--trials 5000] [--db PATH] [--rebuild]
+                                             [--pages study,choose]
 
-It builds a study database of SYNTHETIC BENCHMARK DATA (made-up trials and figures, labelled so
-in the study's name and spec; never a measurement) through the product's own writers: tuner's
-Store API for tuner's tables and Optuna's API for Optuna's, in the same SQLite file. Then it
-renders the dashboard's study page with Streamlit's AppTest, cold (a fresh app: every query and
-computation runs) and warm (a rerun: the page's caches hit), and prints the times. The target is a
-cold render under 3 s on a 2-core machine.
+It builds databases of SYNTHETIC BENCHMARK DATA (made-up trials and figures, labelled so in the
+studies' names and specs; never a measurement) through the product's own writers: tuner's Store
+API for tuner's tables and Optuna's API for Optuna's, in the same SQLite file. The study page's
+database holds one H200 study of --trials trials; the Choose page's holds an H200-like and a
+B200-like study of --trials / 2 trials each (--trials across studies). Then it renders each page
+with Streamlit's AppTest, cold (a fresh app: every query and computation runs) and warm (a
+rerun: the page's caches hit), and prints the times. The target is a cold render under 3 s on a
+2-core machine.
 
-The database is kept at --db (default /tmp/tuner-dashboard-bench.db) and reused by later runs
-with the same --trials; --rebuild makes it again.
+The databases are kept at --db (default /tmp/tuner-dashboard-bench.db) and beside it
+(`-choose.db`), and reused by later runs with the same --trials; --rebuild makes them again.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from tuner.store.records import LevelMeasurement
 REPO = Path(__file__).resolve().parents[1]
 APP = REPO / "dashboard" / "app.py"
 STUDY = "synthetic-benchmark-data"
+# The Choose page's studies: name, GPU type and how much faster per GPU than an H200 (made up).
+CHOOSE_STUDIES = (("synthetic-benchmark-data-h200", "H200", 1.0),
+                  ("synthetic-benchmark-data-b200", "B200", 1.8))
 SPACE = {
     "tensor_parallel_size": [1, 2, 4, 8],
     "data_parallel_size": [1, 2, 4],
@@ -58,7 +65,7 @@ SPEC = {
 }
 
 
-def _levels(rng: random.Random, params: dict) -> list[LevelMeasurement]:
+def _levels(rng: random.Random, params: dict, speed: float = 1.0) -> list[LevelMeasurement]:
     """Made-up but plausible figures: throughput per GPU rises with concurrency and batch size,
     per-user speed falls; more parallelism trades per-GPU throughput for per-user speed."""
     tp, dp = params["tensor_parallel_size"], params["data_parallel_size"]
@@ -67,7 +74,7 @@ def _levels(rng: random.Random, params: dict) -> list[LevelMeasurement]:
     rows = []
     for c in LEVELS:
         running = min(c, cap * dp)
-        user = 220 * (tp ** 0.35) / (1 + running / (60 * dp)) * rng.uniform(0.85, 1.15)
+        user = speed * 220 * (tp ** 0.35) / (1 + running / (60 * dp)) * rng.uniform(0.85, 1.15)
         per_gpu = running * user / gpus * (1.1 if params["enable_expert_parallel"] else 1.0)
         ttft = 40 + 4 * c / dp * rng.uniform(0.8, 1.2)
         meets = ttft <= SLA["ttft_p90_ms"] and user * 0.8 >= SLA["min_tok_s_per_user_p90"]
@@ -84,33 +91,43 @@ def _levels(rng: random.Random, params: dict) -> list[LevelMeasurement]:
     return rows
 
 
-def build(path: Path, n_trials: int, seed: int = 0) -> None:
-    """Write `n_trials` synthetic trials into a new database at `path`."""
+def build(path: Path, n_trials: int, seed: int = 0,
+          studies: tuple[tuple[str, str, float], ...] = ((STUDY, "H200", 1.0),)) -> None:
+    """Write `n_trials` synthetic trials, shared out over `studies` (name, GPU type, speed),
+    into a new database at `path`."""
     for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         p.unlink(missing_ok=True)
     url = f"sqlite:///{path}"
     rng = random.Random(seed)
     store = Store.open(url)
-    store.ensure_study(STUDY, engine="vllm", model="synthetic/gpt-oss-120b", gpu_type="H200",
-                       spec=SPEC, space={"name": "synthetic", "engine": "vllm", "parameters": {
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for name, gpu_type, speed in studies:
+        _study(store, url, rng, name, gpu_type, speed, n_trials // len(studies))
+    store.close()
+
+
+def _study(store: Store, url: str, rng: random.Random, name: str, gpu_type: str, speed: float,
+           n_trials: int) -> None:
+    spec = {**SPEC, "name": name, "hardware": {"gpu_type": gpu_type}}
+    store.ensure_study(name, engine="vllm", model="synthetic/gpt-oss-120b", gpu_type=gpu_type,
+                       spec=spec, space={"name": "synthetic", "engine": "vllm", "parameters": {
                            k: {"values": v} for k, v in SPACE.items()}},
                        tuner_version="bench")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=STUDY, storage=url, direction="maximize")
+    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
     dists = {k: CategoricalDistribution(v) for k, v in SPACE.items()}
     frozen = []
-    hardware = {"kind": "gpu", "type": "H200", "description": "synthetic", "host": "bench"}
+    hardware = {"kind": "gpu", "type": gpu_type, "description": "synthetic", "host": "bench"}
     for number in range(n_trials):
         params = {k: rng.choice(v) for k, v in SPACE.items()}
         if params["enable_expert_parallel"] and params["tensor_parallel_size"] * \
                 params["data_parallel_size"] == 1:
-            store.record_infeasible(STUDY, number, params,
+            store.record_infeasible(name, number, params,
                                     "enable_expert_parallel needs more than one rank")
             frozen.append(create_trial(params=params, distributions=dists,
                                        state=TrialState.FAIL))
             continue
         gpus = params["tensor_parallel_size"] * params["data_parallel_size"]
-        tid = store.start_trial(STUDY, number, params, worker_host="bench", worker_pid=1,
+        tid = store.start_trial(name, number, params, worker_host="bench", worker_pid=1,
                                 gpus=gpus, hardware=hardware,
                                 log_path=f"/nonexistent/trial-{number:04d}/server.log")
         roll = rng.random()
@@ -121,7 +138,7 @@ def build(path: Path, n_trials: int, seed: int = 0) -> None:
             frozen.append(create_trial(params=params, distributions=dists,
                                        state=TrialState.FAIL))
             continue
-        levels = _levels(rng, params)
+        levels = _levels(rng, params, speed)
         ok = [m for m in levels if m.meets_sla]
         objective = max((m.output_tok_s_per_gpu for m in ok), default=None)
         store.finish_trial(tid, state="complete", objective=objective, meets_sla=bool(ok),
@@ -129,20 +146,20 @@ def build(path: Path, n_trials: int, seed: int = 0) -> None:
         frozen.append(create_trial(params=params, distributions=dists,
                                    value=objective if objective is not None else 0.0))
     study.add_trials(frozen)
-    store.close()
 
 
-def render(url: str, *, timeout: float) -> tuple[float, float, int]:
-    """Seconds for a cold render of the study page (caches cleared: every query and computation
-    runs) and a warm one (a rerun, as when a user clicks), and the elements drawn."""
+def render(url: str, page: str, query: dict[str, str], *,
+           timeout: float) -> tuple[float, float, int]:
+    """Seconds for a cold render of `page` (caches cleared: every query and computation runs)
+    and a warm one (a rerun, as when a user clicks), and the elements drawn."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     os.environ[STORAGE_ENV] = url
     at = AppTest.from_file(str(APP), default_timeout=timeout)
-    at.query_params["study"] = STUDY
+    at.query_params.update(query)
     at.run()  # the overview page, the app's default
-    at.switch_page("views/study.py")
+    at.switch_page(page)
     st.cache_data.clear()
     st.cache_resource.clear()
     t0 = time.perf_counter()
@@ -150,11 +167,24 @@ def render(url: str, *, timeout: float) -> tuple[float, float, int]:
     cold = time.perf_counter() - t0
     problems = [e.value for e in at.exception] + [e.value for e in at.error]
     if problems:
-        raise SystemExit(f"the study page did not render: {problems[0]}")
+        raise SystemExit(f"{page} did not render: {problems[0]}")
     t1 = time.perf_counter()
     at.run()
     warm = time.perf_counter() - t1
     return cold, warm, sum(1 for _ in at.main)
+
+
+def _database(path: Path, n_trials: int, rebuild: bool, studies) -> str:
+    """The synthetic database at `path`, built unless a build of `n_trials` is there."""
+    marker = path.with_name(path.name + f".{n_trials}-trials")
+    if rebuild or not (path.exists() and marker.exists()):
+        marker.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        print(f"building {n_trials:,} synthetic trials into {path} ...", flush=True)
+        build(path, n_trials, studies=studies)
+        marker.touch()
+        print(f"built in {time.perf_counter() - t0:.1f} s")
+    return f"sqlite:///{path}"
 
 
 def main() -> None:
@@ -162,29 +192,34 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5000)
     parser.add_argument("--db", type=Path, default=Path("/tmp/tuner-dashboard-bench.db"))
     parser.add_argument("--rebuild", action="store_true")
-    parser.add_argument("--runs", type=int, default=3, help="cold renders to time")
+    parser.add_argument("--runs", type=int, default=3, help="cold renders to time, per page")
+    parser.add_argument("--pages", default="study,choose", help="study, choose or both")
     args = parser.parse_args()
 
-    marker = args.db.with_name(args.db.name + f".{args.trials}-trials")
-    if args.rebuild or not (args.db.exists() and marker.exists()):
-        marker.unlink(missing_ok=True)
-        t0 = time.perf_counter()
-        print(f"building {args.trials:,} synthetic trials into {args.db} ...", flush=True)
-        build(args.db, args.trials)
-        marker.touch()
-        print(f"built in {time.perf_counter() - t0:.1f} s")
-    url = f"sqlite:///{args.db}"
-    print(f"\nstudy page of {STUDY} ({args.trials:,} trials), {os.cpu_count()} CPUs, "
-          f"Python {sys.version.split()[0]}")
-    print(f"{'run':>4}  {'cold s':>7}  {'warm s':>7}  {'elements':>8}")
-    colds = []
-    for i in range(args.runs):
-        cold, warm, n = render(url, timeout=120)
-        colds.append(cold)
-        print(f"{i + 1:>4}  {cold:>7.2f}  {warm:>7.2f}  {n:>8}")
-    best, worst = min(colds), max(colds)
-    verdict = "under" if worst < 3 else "OVER"
-    print(f"cold render: best {best:.2f} s, worst {worst:.2f} s ({verdict} the 3 s target)")
+    pages = []
+    if "study" in args.pages:
+        url = _database(args.db, args.trials, args.rebuild, ((STUDY, "H200", 1.0),))
+        pages.append(("study", f"{STUDY} ({args.trials:,} trials)", url, "views/study.py",
+                      {"study": STUDY}))
+    if "choose" in args.pages:
+        db = args.db.with_name(args.db.stem + "-choose.db")
+        url = _database(db, args.trials, args.rebuild, CHOOSE_STUDIES)
+        pages.append(("choose", f"2 studies (H200, B200), {args.trials:,} trials in all", url,
+                      "views/choose.py", {}))
+    print(f"\n{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+    print(f"{'page':>7}  {'run':>4}  {'cold s':>7}  {'warm s':>7}  {'elements':>8}  data")
+    verdicts = []
+    for name, what, url, page, query in pages:
+        colds = []
+        for i in range(args.runs):
+            cold, warm, n = render(url, page, query, timeout=120)
+            colds.append(cold)
+            print(f"{name:>7}  {i + 1:>4}  {cold:>7.2f}  {warm:>7.2f}  {n:>8}  {what}")
+        best, worst = min(colds), max(colds)
+        verdict = "under" if worst < 3 else "OVER"
+        verdicts.append(f"{name} page cold render: best {best:.2f} s, worst {worst:.2f} s "
+                        f"({verdict} the 3 s target)")
+    print("\n".join(verdicts))
 
 
 if __name__ == "__main__":

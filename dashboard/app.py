@@ -24,6 +24,7 @@ pages = [
     st.Page("views/overview.py", title="Studies", icon=":material/table_rows:", default=True),
     st.Page("views/study.py", title="Study", icon=":material/insights:"),
     st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("views/choose.py", title="Choose", icon=":material/paid:"),
     st.Page("views/trial.py", title="Trial", icon=":material/science:"),
 ]
 st.navigation(pages).run()

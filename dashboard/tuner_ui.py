@@ -124,6 +124,22 @@ def best_card(storage: str, name: str, version: tuple) -> dd.BestCard | None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)
+def trial_card(storage: str, name: str, number: int, version: tuple) -> dd.BestCard | None:
+    """The card of one trial (the Choose page's winner), its exports made once per version."""
+    data = study(storage, name, version)
+    trial = None if data is None else next((t for t in data.trials if t.number == number), None)
+    return None if trial is None else dd.best_card(data, trial)
+
+
+@st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)
+def ranking(storage: str, names: tuple[str, ...], version: tuple, min_tok_s_per_user: float,
+            ttft_p90_ms: float | None, by: str) -> dd.Ranking:
+    """`tuner choose` over these studies, once per version and targets."""
+    datas = [d for d in (study(storage, n, version) for n in names) if d is not None]
+    return dd.rank_studies(datas, dd.Targets(min_tok_s_per_user, ttft_p90_ms), by)
+
+
+@st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)
 def importance(storage: str, name: str, version: tuple) -> dd.Importance:
     return dd.param_importances(storage, name)
 
@@ -151,6 +167,13 @@ FIGURES = (dd.TOK_GPU, f"best {dd.TOK_GPU}", dd.USER_P90, dd.USER_P50, "tok/s to
            "best so far")
 
 
+def money(v: Any) -> str:
+    """A USD figure with 4 significant digits: a CPU core's cost per million tokens is cents."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    return f"{v:,.4g}"
+
+
 def rounded(frame: pd.DataFrame) -> pd.DataFrame:
     """Figures rounded for reading: tok/s to units, milliseconds and seconds to tenths."""
     frame = frame.copy()
@@ -172,6 +195,8 @@ def number_columns(frame: pd.DataFrame) -> dict[str, Any]:
             config[c] = st.column_config.NumberColumn(c, format="localized")
         elif c == "duration s":
             config[c] = st.column_config.NumberColumn(c, format="%.1f")
+        elif c.startswith("USD"):
+            config[c] = st.column_config.NumberColumn(c, format="%.4g")
         elif c in ("started", "finished"):
             config[c] = st.column_config.DatetimeColumn(c + " (UTC)", format="YYYY-MM-DD HH:mm")
     return config
@@ -254,6 +279,51 @@ def pareto_chart(front: dd.ParetoFront, *, x: str, color: str, sla_floor: float 
         layers.append(alt.Chart(rule).mark_text(color="#c62828", align="left", dx=5, dy=6,
                                                 baseline="top", fontWeight="bold").encode(
             x=rx, y=alt.value(0), text="label:N"))
+    return alt.layer(*layers).properties(height=height).interactive()
+
+
+def choose_chart(points: pd.DataFrame, *, y: str, target: float, winner: dict[str, Any] | None,
+                 log_x: bool, height: int = 460) -> alt.Chart:
+    """Every study's measured points: per-user p90 against `y` (USD per million tokens or
+    tok/s per GPU), one colour per GPU type and engine (filled: the level met its study's SLA),
+    the per-user target as a dashed rule, and the winner as a star."""
+    pts = points[points[dd.USER_P90].notna() & points[y].notna()]
+    if log_x:
+        pts = pts[pts[dd.USER_P90] > 0]
+    pts = pts[[dd.HARDWARE, "study", "trial", "config", "concurrency", dd.USER_P90, y,
+               "TTFT p90 ms", "meets SLA"]].copy()
+    pts["SLA"] = pts["meets SLA"].map({True: "met", False: "missed"})
+    n = len(pts)
+    size, opacity = (70, 0.75) if n < 300 else (30, 0.5) if n < 3000 else (12, 0.35)
+    scale = alt.Scale(type="log") if log_x else alt.Scale(zero=False)
+    xq = alt.X(f"{dd.USER_P90}:Q", title=f"{dd.USER_P90}  →  more interactive", scale=scale)
+    cheaper = "  ↓ cheaper" if y == dd.USD_MTOK else "  →  more per GPU"
+    yq = alt.Y(f"{y}:Q", title=y + cheaper, scale=alt.Scale(zero=False))
+    palette = alt.Scale(scheme="tableau10")
+    color = alt.Color(f"{dd.HARDWARE}:N", scale=palette, title=dd.HARDWARE,
+                      legend=alt.Legend(orient="right", labelLimit=220))
+    tooltip = [alt.Tooltip(f"{dd.HARDWARE}:N"), alt.Tooltip("study:N"), alt.Tooltip("trial:Q"),
+               alt.Tooltip("config:N"), alt.Tooltip("concurrency:Q"),
+               alt.Tooltip(f"{y}:Q", format=",.4g"),
+               alt.Tooltip(f"{dd.USER_P90}:Q", format=",.1f"),
+               alt.Tooltip("TTFT p90 ms:Q", format=",.0f"), alt.Tooltip("SLA:N")]
+    dots = alt.Chart(pts).mark_point(size=size, strokeWidth=1.2, opacity=opacity).encode(
+        x=xq, y=yq, color=color, tooltip=tooltip,
+        fill=alt.condition("datum.SLA == 'met'", color, alt.value("transparent")))
+    rule = pd.DataFrame({dd.USER_P90: [target], "label": [f"target ≥ {target:,.0f} tok/s/user"]})
+    rx = alt.X(f"{dd.USER_P90}:Q", scale=scale)
+    layers: list[alt.Chart] = [dots]
+    if not log_x or target > 0:
+        layers.append(alt.Chart(rule).mark_rule(color="#c62828", strokeDash=[6, 4],
+                                                strokeWidth=2).encode(x=rx))
+        layers.append(alt.Chart(rule).mark_text(color="#c62828", align="left", dx=5, dy=6,
+                                                baseline="top", fontWeight="bold").encode(
+            x=rx, y=alt.value(0), text="label:N"))
+    if winner is not None:
+        star = pd.DataFrame([winner])
+        layers.append(alt.Chart(star).mark_point(shape="diamond", size=320, filled=True,
+                                                 color="#111", opacity=0.9).encode(
+            x=rx, y=alt.Y(f"{y}:Q"), tooltip=[alt.Tooltip("label:N")]))
     return alt.layer(*layers).properties(height=height).interactive()
 
 
@@ -360,6 +430,9 @@ def draw_best_card(card: dd.BestCard, data: dd.StudyData, *, key: str,
         if f.get("tok/s 95% CI"):
             st.caption(f"{dd.TOK_GPU} 95% confidence interval: {f['tok/s 95% CI']} "
                        "(Student t over repeated rounds)")
+        if dd.USD_MTOK in f:
+            st.caption(f"{money(f[dd.USD_MTOK])} USD per million output tokens at this level; "
+                       f"{f['price']}")
         st.caption(f["confirmation"])
         left, right = st.columns([3, 2], gap="medium")
         with left:

@@ -88,7 +88,7 @@ def render() -> None:
 
     st.subheader("Measurements, one row per level")
     if trial.measurements:
-        levels = ui.rounded(dd.levels_frame(trial))
+        levels = ui.rounded(dd.levels_frame(trial, study=data.study))
         st.dataframe(levels, hide_index=True, width="stretch",
                      column_config=ui.number_columns(levels))
         curves = dd.load_curves(dd.StudyData(data.study, [trial]))
@@ -102,7 +102,7 @@ def render() -> None:
         st.subheader("Confirmation, the same configuration in a fresh server")
         st.caption(dd.confirmation_text(trial))
         if trial.confirmation:
-            again = ui.rounded(dd.levels_frame(trial, confirmation=True))
+            again = ui.rounded(dd.levels_frame(trial, confirmation=True, study=data.study))
             st.dataframe(again, hide_index=True, width="stretch",
                          column_config=ui.number_columns(again))
 

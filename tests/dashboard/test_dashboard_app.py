@@ -26,7 +26,8 @@ from tuner.store import Store  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboard" / "app.py"
-PAGES = ("views/overview.py", "views/study.py", "views/compare.py", "views/trial.py")
+PAGES = ("views/overview.py", "views/study.py", "views/compare.py", "views/choose.py",
+         "views/trial.py")
 STUDY_TABS = ("Progress", "Trials", "Load curves", "Failures", "Parameter importance",
               "Predicted vs measured")
 
@@ -70,6 +71,19 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 def charts(at: AppTest) -> int:
     return len(at.get("vega_lite_chart"))
+
+
+def chart_values(at: AppTest, column: str) -> set:
+    """The values of one column across the data the page's charts were sent (Arrow)."""
+    import pyarrow as pa
+
+    values: set = set()
+    for chart in at.get("vega_lite_chart"):
+        for dataset in chart.proto.datasets:
+            table = pa.ipc.open_stream(dataset.data.data).read_all()
+            if column in table.column_names:
+                values |= set(table.column(column).to_pylist())
+    return values
 
 
 def show_tab(at: AppTest, tab: str) -> AppTest:
@@ -286,6 +300,37 @@ def test_compare_puts_two_studies_on_one_chart_and_one_table(monkeypatch, tmp_pa
     assert table.loc["h200-study", f"best {dd.TOK_GPU}"] == 9000
     assert table.loc["cpu-study", f"best {dd.TOK_GPU}"] == 1500
     assert table.loc["h200-study", "GPU type"] == "H200"
+
+
+def test_choose_puts_both_gpu_types_on_one_chart_and_the_cheapest_on_a_card(monkeypatch,
+                                                                           tmp_path):
+    # SYNTHETIC ROWS: an H200-like and a B200-like study (tests.choose_studies).
+    from tests.choose_studies import H200_PRICE, TARGET, h200_and_b200, usd_per_mtok
+
+    url = sqlite_url(tmp_path / "tuner.db")
+    h200_and_b200(url)
+    at = open_page(monkeypatch, url, "views/choose.py")
+    at.number_input(key="choose_user").set_value(TARGET).run()
+    assert_clean(at)
+    assert charts(at) == 1
+    # One colour per GPU type and engine, both on the one chart.
+    assert {"H200 · vllm", "B200 · vllm"} <= chart_values(at, dd.HARDWARE)
+    assert metrics(at)["USD per million output tokens"] == \
+        f"{usd_per_mtok(H200_PRICE, 1, 2400.0):,.4g}"
+    assert "Cheapest meeting the targets · trial 0" in text(at)
+    assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
+    runners = at.dataframe[-1].value
+    assert runners[["study", "trial"]].values.tolist() == [["b200", 0], ["h200", 1]]
+    assert runners[dd.GAP].iloc[0] == pytest.approx(
+        (usd_per_mtok(2.90, 1, 4000.0) / usd_per_mtok(H200_PRICE, 1, 2400.0) - 1) * 100)
+
+    at.segmented_control(key="choose_by").set_value("throughput").run()
+    assert_clean(at)
+    assert "Fastest meeting the targets · trial 0" in text(at)
+    assert metrics(at)["GPU · engine"] == "B200 · vllm"
+    at.number_input(key="choose_user").set_value(1000.0).run()
+    assert_clean(at)
+    assert "the fastest per-user p90 that met its SLA is 320.0 tok/s" in text(at)
 
 
 # ---------------------------------------------------------------- a reader, while a study writes

@@ -166,3 +166,43 @@ def test_an_open_study_page_follows_a_study_that_writes(browser, tmp_path):
     finally:
         code = server.stop()
     assert code == 0, server.log.read_text()[-2000:]
+
+
+CHOOSE_SCREENSHOT_COPY = Path("/tmp/dashboard-choose-screenshot.png")
+
+
+def test_the_choose_page_puts_both_gpu_types_on_one_chart_with_the_winner_in_a_browser(
+        browser, tmp_path):
+    # SYNTHETIC ROWS: an H200-like and a B200-like study (tests.choose_studies).
+    from tests.choose_studies import TARGET, h200_and_b200
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    h200_and_b200(url)
+    server = Dashboard(url, tmp_path)
+    try:
+        server.wait_ready()
+        page = browser.new_page(viewport={"width": 1500, "height": 2400})
+        page.goto(f"{server.url}/choose", timeout=60_000)
+        page.get_by_text("Cheapest meeting the targets").wait_for(timeout=60_000)
+        # The default target is the studies' SLA floor (50 tok/s per user): the B200's c=32.
+        page.get_by_test_id("stMetricValue").get_by_text("B200 · vllm").wait_for(
+            timeout=30_000)
+        box = page.get_by_label("at least tok/s per user (p90)")
+        box.fill(f"{TARGET:g}")
+        box.press("Enter")
+        page.get_by_test_id("stMetricValue").get_by_text("H200 · vllm").wait_for(
+            timeout=30_000)
+        chart = page.locator("[data-testid='stVegaLiteChart']").first
+        chart.locator("canvas, svg").first.wait_for(timeout=30_000)
+        body = page.inner_text("body")
+        assert "Runners-up" in body and "Traceback" not in body
+        for name in ("config.yaml", "launch.sh", "best.json"):
+            assert page.get_by_role("button", name=name).count() >= 1, name
+        time.sleep(1)  # let the chart finish drawing
+        shot = tmp_path / "choose-page.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.stat().st_size > 20_000
+        shutil.copyfile(shot, CHOOSE_SCREENSHOT_COPY)
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()[-2000:]

@@ -95,13 +95,23 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     write_export(study, store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     ExportRecord.model_validate(record)  # the record satisfies its own schema
-    assert record["schema_version"] == 4
+    assert record["schema_version"] == 5
     assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
     assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
     assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
+    # The spec sets no hardware.gpu_hour_usd: the table's example core-hour, times 1 core.
+    core_hour = 0.0408
+    usd_per_mtok = core_hour * 1 / (LEVEL.output_tok_s * 3600) * 1e6
     assert record["objective"] == {
         "metric": "output_tok_s_per_gpu", "value": 256.0, "meets_sla": True, "concurrency": 4,
-        "tok_s_per_user_p90": LEVEL.tok_s_per_user_p90, "min_tok_s_per_user": None}
+        "tok_s_per_user_p90": LEVEL.tok_s_per_user_p90, "min_tok_s_per_user": None,
+        "usd_per_mtok": pytest.approx(usd_per_mtok)}
+    assert record["measurements"][0]["usd_per_mtok"] == pytest.approx(usd_per_mtok)
+    price = record["price"]
+    assert (price["usd_per_device_hour"], price["devices"], price["example"]) == (core_hour, 1,
+                                                                                   True)
+    assert price["usd_per_server_hour"] == pytest.approx(core_hour)
+    assert "EXAMPLE" in price["source"]
     assert record["workload"]["output_len"] == 64 and record["sla"]["ttft_p90_ms"] == 100.0
     prov = record["provenance"]
     assert prov["study"] == "s" and prov["trial"] == 0
@@ -213,7 +223,7 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     jsonschema.validate(record, shipped)
-    record["schema_version"] = 5
+    record["schema_version"] = 6
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(record, shipped)
 

@@ -33,3 +33,20 @@ def test_status_shows_no_best_when_no_trial_met_the_sla(tmp_path):
     add_trial(store, 0, {"max_batch_size": 4}, 900.0, False, gpus=1)
     row = studies_frame([store.get_study("s")], store.trials).iloc[0]
     assert row["best trial"] is None and row["best tok/s/GPU"] is None
+
+
+def test_status_and_best_show_usd_per_million_tokens_and_the_price_they_rest_on(tmp_path):
+    store = study_store(tmp_path)  # a cpu study: priced per core-hour
+    add_trial(store, 0, {"max_batch_size": 4}, 900.0, True, gpus=1)
+    # By hand: the table's example core-hour (0.0408 USD) over 512 tok/s x 3,600 s.
+    cost = f"{0.0408 / (LEVEL.output_tok_s * 3600) * 1e6:,.4g}"
+    status = run_tuner("status", "--study", "s", cwd=tmp_path, timeout=60)
+    best = run_tuner("best", cwd=tmp_path, timeout=60)
+    assert status.returncode == best.returncode == 0, status.stderr + best.stderr
+    lines = status.stdout.splitlines()
+    assert "best USD/Mtok" in lines[0] and cost in lines[1]
+    trials_header = next(line for line in lines[2:] if line.strip().startswith("trial"))
+    assert "USD/Mtok" in trials_header
+    assert (f"{cost} USD per million output tokens at 0.0408 USD per core-hour x 1 (EXAMPLE "
+            "price from tuner/data/gpu_prices.csv") in best.stdout
+    assert "usd_per_mtok" in best.stdout and cost in best.stdout

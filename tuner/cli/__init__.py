@@ -8,7 +8,7 @@ imports it.
 # Importing the command modules registers their commands on `app`; `tuner --help` lists them
 # in this order.
 # isort: off
-from tuner.cli import study, hardware, results, dashboard, planning, model  # noqa: F401
+from tuner.cli import study, hardware, results, choosing, dashboard, planning, model  # noqa: F401
 # isort: on
 from tuner.cli.app import app, main
 

@@ -64,27 +64,36 @@ def _table(frame, width: int = 70) -> str:
         text = str(v)
         return text if len(text) <= width else text[: width - 1] + "…"
 
-    return frame.astype(object).map(cell).to_string(index=False)
+    def money(v):  # USD figures are often cents or less: significant digits, not places
+        if isinstance(v, float) and v == v and abs(v) < 100:
+            return f"{v:,.4g}"
+        return cell(v)
+
+    frame = frame.astype(object)
+    for c in frame.columns:
+        frame[c] = frame[c].map(money if "usd" in str(c).lower() else cell)
+    return frame.to_string(index=False)
 
 
-def _print_trials(trials) -> None:
+def _print_trials(trials, study=None) -> None:
     from tuner.report.tables import trials_frame
 
-    frame = trials_frame(trials)
+    frame = trials_frame(trials, study)
     out.print(_table(frame) if not frame.empty else "no trials yet")
 
 
 def _print_best(study, best, trials) -> None:
-    from tuner.report.tables import measurements_frame
+    from tuner.report.tables import objective_usd_per_mtok, trial_measurements_frame
     from tuner.search.rules import is_confirmed, met_sla
     from tuner.spec.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
+    _print_cost(study, best, objective_usd_per_mtok(study, best))
     if best.load_search is not None:
         out.print(f"  load search: {best.load_search}")
-    out.print(_table(measurements_frame(best.measurements)))
+    out.print(_table(trial_measurements_frame(study, best)))
     _print_convergence(study, best.measurements)
     if best.confirm_state is None:
         out.print("  not confirmed: `tuner confirm STUDY.yaml` re-runs the best trials in fresh "
@@ -94,7 +103,7 @@ def _print_best(study, best, trials) -> None:
              else f", {best.confirm_objective:,.0f} tok/s/GPU")
     out.print(f"  confirmation in a fresh server: {best.confirm_state}{again}"
               + (f" ({best.confirm_reason})" if best.confirm_reason else ""))
-    out.print(_table(measurements_frame(best.confirmation)))
+    out.print(_table(trial_measurements_frame(study, best, confirmation=True)))
     _print_convergence(study, best.confirmation)
     higher = [t.number for t in trials if met_sla(t)
               and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
@@ -116,6 +125,24 @@ def _print_convergence(study, levels) -> None:
         if note:
             where = f"c={m.concurrency}" if m.request_rate is None else f"{m.request_rate:g} req/s"
             out.print(f"  {where}: {note}")
+
+
+def _print_cost(study, trial, usd_per_mtok: float | None) -> None:
+    """One line: USD per million output tokens, and the price it rests on (an example figure
+    unless the spec set hardware.gpu_hour_usd)."""
+    from tuner.search.cost import study_price
+
+    price = study_price(study)
+    if price is None:
+        out.print(f"  no price for GPU type {study.gpu_type}: set hardware.gpu_hour_usd in the "
+                  "spec for USD per million tokens")
+        return
+    unit = "core" if study.gpu_type.lower() == "cpu" else "GPU"
+    where = ("EXAMPLE price from tuner/data/gpu_prices.csv; set hardware.gpu_hour_usd for "
+             "yours" if price.example else "hardware.gpu_hour_usd")
+    cost = "-" if usd_per_mtok is None else f"{usd_per_mtok:,.4g}"
+    out.print(f"  {cost} USD per million output tokens at {price.usd_per_hour:g} USD per "
+              f"{unit}-hour x {trial.gpus} ({where})")
 
 
 def _store(url: str):

@@ -14,6 +14,7 @@ from tuner.cli.app import (
     _open,
     _pick_study,
     _print_best,
+    _print_cost,
     _print_trials,
     _table,
     app,
@@ -38,7 +39,7 @@ def status(storage: StorageOpt = None, study: StudyOpt = None) -> None:
     chosen = _pick_study(store, study)
     out.print(_table(studies_frame([chosen], store.trials)))
     out.print("")
-    _print_trials(store.trials(chosen.name))
+    _print_trials(store.trials(chosen.name), chosen)
 
 
 MinUserOpt = Annotated[float | None, typer.Option(
@@ -61,18 +62,20 @@ def best(storage: StorageOpt = None, study: StudyOpt = None,
         _print_best(chosen, winner(chosen, trials), trials)
         return
     trial, level = pick_for_user(chosen, trials, min_tok_s_per_user)
-    _print_pick(trial, level, min_tok_s_per_user)
+    _print_pick(chosen, trial, level, min_tok_s_per_user)
 
 
-def _print_pick(trial, level, target: float) -> None:
-    from tuner.report.tables import measurements_frame
+def _print_pick(study, trial, level, target: float) -> None:
+    from tuner.report.tables import trial_measurements_frame
+    from tuner.search.cost import level_usd_per_mtok
     from tuner.spec.space import describe
 
     out.print(f"\nfor at least {target:g} tok/s per user: trial {trial.number}  "
               f"{describe(trial.params)}")
     out.print(f"  at c={level.concurrency}: {level.output_tok_s_per_gpu:,.0f} output tok/s per "
               f"GPU, per-user p90 {level.tok_s_per_user_p90:,.1f} tok/s (SLA met)")
-    out.print(_table(measurements_frame(trial.measurements)))
+    _print_cost(study, trial, level_usd_per_mtok(study, trial, level))
+    out.print(_table(trial_measurements_frame(study, trial)))
 
 
 @app.command()

@@ -119,7 +119,7 @@ def _finish(ctx, export_dir: Path | None) -> None:
 
     study = ctx.store.get_study(ctx.name)
     trials = ctx.store.trials(ctx.name)
-    _print_trials(trials)
+    _print_trials(trials, study)
     best = winner(study, trials)
     files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name,
                          default_formats(study))

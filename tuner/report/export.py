@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 import tuner
 from tuner import DATA_DIR
 from tuner.report.stored_plan import deploy_plan
+from tuner.search.cost import study_price, trial_server_hour_usd, usd_per_mtok
 from tuner.search.rules import best_level, study_sla
 from tuner.serve.engines import LaunchPlan, get_adapter
 from tuner.spec.errors import BadInput
@@ -31,7 +32,10 @@ from tuner.store.records import LevelMeasurement
 # 3 added the confirmation state `inconclusive`; nothing else changed.
 # 4 added objective.tok_s_per_user_p90 and objective.min_tok_s_per_user (a pick from a Pareto
 #   front: the level exported, and the target it was picked for); nothing else changed.
-SCHEMA_VERSION = 4
+# 5 added `price` (the device-hour price the costs rest on), objective.usd_per_mtok, and
+#   `usd_per_mtok` in each level of `measurements` and `confirmation.measurements` (USD per
+#   million output tokens, tuner.search.cost); nothing else changed.
+SCHEMA_VERSION = 5
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -63,6 +67,19 @@ class ObjectiveInfo(_Model):
     concurrency: int | None
     tok_s_per_user_p90: float | None
     min_tok_s_per_user: float | None  # the per-user target it was picked for; None: the winner
+    usd_per_mtok: float | None  # USD per million output tokens at this level; None: no price
+
+
+class PriceInfo(_Model):
+    """What the costs rest on: a device-hour (a GPU, or on `cpu` a core) times the server's
+    devices. `example`: the shipped table's example figure, not the spec's
+    `hardware.gpu_hour_usd`."""
+
+    usd_per_device_hour: float
+    devices: int
+    usd_per_server_hour: float
+    source: str
+    example: bool
 
 
 class LaunchInfo(_Model):
@@ -93,7 +110,7 @@ class ConfirmationInfo(_Model):
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -105,18 +122,34 @@ class ExportRecord(_Model):
     sla: dict[str, Any]
     measurements: list[dict[str, Any]]  # the first run
     confirmation: ConfirmationInfo | None  # None: never confirmed
+    price: PriceInfo | None  # None: no price for the GPU type (set hardware.gpu_hour_usd)
     launch: LaunchInfo
     provenance: Provenance
 
 
-def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
+def _levels(levels: list[LevelMeasurement], server_hour: float | None) -> list[dict[str, Any]]:
+    """The stored levels, each with its USD per million output tokens."""
+    return [{**m.to_dict(), "usd_per_mtok": usd_per_mtok(server_hour, m.output_tok_s)}
+            for m in levels]
+
+
+def _confirmation(trial: TrialRecord, server_hour: float | None) -> ConfirmationInfo | None:
     if trial.confirm_state is None:
         return None
     return ConfirmationInfo(
         state=trial.confirm_state, value=trial.confirm_objective,
         meets_sla=trial.confirm_meets_sla, reason=trial.confirm_reason,
         measured_at=trial.confirmed_at.isoformat() if trial.confirmed_at else None,
-        measurements=[m.to_dict() for m in trial.confirmation])
+        measurements=_levels(trial.confirmation, server_hour))
+
+
+def _price(study: StudyRecord, trial: TrialRecord) -> PriceInfo | None:
+    price, server_hour = study_price(study), trial_server_hour_usd(study, trial)
+    if price is None or server_hour is None:
+        return None
+    return PriceInfo(usd_per_device_hour=price.usd_per_hour, devices=trial.gpus,
+                     usd_per_server_hour=server_hour, source=price.source,
+                     example=price.example)
 
 
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
@@ -131,6 +164,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
     best = pick.level if pick is not None else best_level(trial.measurements, study_sla(study))[0]
+    server_hour = trial_server_hour_usd(study, trial)
     spec = study.spec
     return ExportRecord(
         study=study.name, trial=trial.number,
@@ -145,10 +179,11 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
             meets_sla=best.meets_sla if pick is not None else bool(trial.meets_sla),
             concurrency=best.concurrency if best else None,
             tok_s_per_user_p90=best.tok_s_per_user_p90 if best else None,
-            min_tok_s_per_user=pick.min_tok_s_per_user if pick is not None else None),
+            min_tok_s_per_user=pick.min_tok_s_per_user if pick is not None else None,
+            usd_per_mtok=usd_per_mtok(server_hour, best.output_tok_s) if best else None),
         workload=spec["workload"], sla=spec["sla"],
-        measurements=[m.to_dict() for m in trial.measurements],
-        confirmation=_confirmation(trial),
+        measurements=_levels(trial.measurements, server_hour),
+        confirmation=_confirmation(trial, server_hour), price=_price(study, trial),
         launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
                           config_file=config_file, config=yaml.safe_load(config_text)),
         provenance=Provenance(

@@ -7,7 +7,8 @@ from typing import Any
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
-from tuner.search.rules import winner
+from tuner.search.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per_mtok
+from tuner.search.rules import best_level, study_sla, winner
 from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
@@ -16,6 +17,10 @@ from tuner.store.records import LevelMeasurement
 TOK_GPU = "tok/s/GPU"
 # The highest load (concurrency, or requests/s open loop) of a trial that met the SLA.
 LOAD_AT_SLA = "load at SLA"
+# USD per million output tokens at a level (tuner.search.cost), in every table that shows it.
+USD_MTOK = "USD/Mtok"
+# The per-user decode speed 90% of a level's requests reach.
+USER_P90 = "tok/s/user p90"
 
 
 def _params_text(params: dict) -> str:
@@ -63,16 +68,26 @@ def failure_text(row: dict[str, Any]) -> str | None:
     return f"{row['failure']}: {row['reason']}" if row["failure"] else None
 
 
-def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
-    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, load at SLA, gpus,
-    reason."""
+def objective_usd_per_mtok(study: StudyRecord, t: TrialRecord) -> float | None:
+    """USD per million output tokens at the level a complete trial's objective comes from."""
+    if t.state != "complete":
+        return None
+    level = best_level(t.measurements, study_sla(study))[0]
+    return None if level is None else level_usd_per_mtok(study, t, level)
+
+
+def trials_frame(trials: list[TrialRecord], study: StudyRecord | None = None) -> pd.DataFrame:
+    """What `tuner status` prints: trial, state, config, tok/s/GPU, with the study the USD per
+    million output tokens at the same level, SLA, load at SLA, gpus, reason."""
     rows = []
     for t in trials:
         row = trial_row(t)
-        rows.append({**row, "gpus": row["GPUs"], "reason": failure_text(row)})
+        cost = {} if study is None else {USD_MTOK: objective_usd_per_mtok(study, t)}
+        rows.append({**row, **cost, "gpus": row["GPUs"], "reason": failure_text(row)})
+    cost_column = [] if study is None else [USD_MTOK]
     # object dtype keeps ints as ints and None as None (no float coercion for display)
-    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", LOAD_AT_SLA,
-                                       "gpus", "reason"], dtype=object)
+    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, *cost_column, "SLA",
+                                       LOAD_AT_SLA, "gpus", "reason"], dtype=object)
 
 
 def state_counts(trials: list[TrialRecord]) -> dict[str, int]:
@@ -95,20 +110,34 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
         rows.append({"study": s.name, "engine": s.engine, "gpu type": s.gpu_type,
                      **state_counts(trials),
                      "best tok/s/GPU": None if best is None else best.objective,
+                     f"best {USD_MTOK}": None if best is None else objective_usd_per_mtok(s, best),
                      "best trial": None if best is None else best.number,
                      "created": s.created_at.strftime("%Y-%m-%d %H:%M")})
     return pd.DataFrame(rows)
 
 
-def measurements_frame(levels: list[LevelMeasurement]) -> pd.DataFrame:
+def measurements_frame(levels: list[LevelMeasurement],
+                       server_hour: float | None = None) -> pd.DataFrame:
     """One row per level, in the order measured. `request_rate` is the offered requests/s of
     an open-loop level (None: closed loop at `concurrency`), `achieved_request_rate` the rate
     its requests were sent at and `capped_requests` how many waited for the in-flight cap (0:
-    it never engaged); `tok/s 95%` is `confidence_text`."""
+    it never engaged); `tok/s 95%` is `confidence_text`; `usd_per_mtok` is USD per million
+    output tokens at a server-hour of `server_hour` USD (`trial_server_hour_usd`; None: no
+    price)."""
     cols = ["concurrency", "request_rate", "achieved_request_rate", "capped_requests",
             "requests", "errors", "rounds", "output_tok_s", "output_tok_s_per_gpu", "tok/s 95%",
-            "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tok_s_per_user_p50",
+            "usd_per_mtok", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "tok_s_per_user_p50",
             "tok_s_per_user_p90", "goodput_rps", "meets_sla"]
-    rows = [{c: confidence_text(m) if c == "tok/s 95%" else getattr(m, c) for c in cols}
+    computed = {"tok/s 95%": confidence_text,
+                "usd_per_mtok": lambda m: usd_per_mtok(server_hour, m.output_tok_s)}
+    rows = [{c: computed[c](m) if c in computed else getattr(m, c) for c in cols}
             for m in levels]
     return pd.DataFrame(rows, columns=cols)
+
+
+def trial_measurements_frame(study: StudyRecord, trial: TrialRecord, *,
+                             confirmation: bool = False) -> pd.DataFrame:
+    """`measurements_frame` of a trial's first run (or its confirmation), priced at the
+    study's device-hour."""
+    levels = trial.confirmation if confirmation else trial.measurements
+    return measurements_frame(levels, trial_server_hour_usd(study, trial))

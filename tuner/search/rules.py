@@ -22,10 +22,10 @@ from tuner.store.records import (
     settles_configuration,
 )
 
-__all__ = ["best_level", "config_key", "counts_toward_budget", "incumbent_floor", "interval",
-           "is_confirmed", "latency_miss", "launched", "met_sla", "non_dominated", "objective",
-           "operating_points", "pareto_front", "pareto_values", "pick_for_user", "settled",
-           "study_sla", "winner"]
+__all__ = ["best_level", "config_key", "counted_runs", "counts_toward_budget",
+           "incumbent_floor", "interval", "is_confirmed", "latency_miss", "launched", "met_sla",
+           "non_dominated", "objective", "operating_points", "pareto_front", "pareto_values",
+           "pick_for_user", "settled", "study_sla", "winner"]
 
 
 def launched(trials: Iterable[TrialRecord]) -> int:
@@ -133,6 +133,19 @@ def is_confirmed(trial: TrialRecord) -> bool:
     `confirmed` is ever called confirmed)."""
     return (trial.confirm_state in ("confirmed", "inconclusive", "differs")
             and bool(trial.confirm_meets_sla) and trial.confirm_objective is not None)
+
+
+def counted_runs(trials: Iterable[TrialRecord]
+                 ) -> list[tuple[TrialRecord, list[LevelMeasurement], bool]]:
+    """The runs a choice may rest on, by `winner`'s rule: once any trial of the study is
+    confirmed (`is_confirmed`), only those confirmations, each with its re-run's levels; before
+    any, every complete trial's first run. As (trial, its levels, whether they are a
+    confirmation's)."""
+    trials = list(trials)
+    confirmed = [t for t in trials if is_confirmed(t)]
+    if confirmed:
+        return [(t, t.confirmation, True) for t in confirmed]
+    return [(t, t.measurements, False) for t in trials if t.state == "complete"]
 
 
 def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:

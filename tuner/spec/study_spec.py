@@ -87,6 +87,12 @@ class HardwareSpec(_Strict):
         "size (TP x DP) of the space that fits times budget.parallel_trials. Set it to compare "
         "studies run with different parallel_trials."
     )
+    gpu_hour_usd: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="USD per device-hour, for the cost per "
+        "million output tokens (`tuner choose`): per GPU-hour on a GPU type, per core-hour on "
+        "cpu (a CPU node's device is a core). Default: the example figure "
+        "tuner/data/gpu_prices.csv gives for gpu_type."
+    )
 
 
 class LoadSearchSpec(_Strict):

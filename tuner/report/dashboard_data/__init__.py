@@ -9,7 +9,8 @@ configuration's identity) are `tuner.search.rules`'; the trials table's shared c
 
 `source` reads the store, `labels` names columns and cells, `studies` summarizes studies, `trials`
 tables trials, `curves` traces each trial's load curve, `points` draws measured points and Pareto
-fronts, `cards` builds the best card and a trial's page, `logs` reads a trial's server log (from
+fronts, `choose` ranks configurations across studies by cost (the Choose page), `cards` builds the
+best card and a trial's page, `logs` reads a trial's server log (from
 its run directory only), `importance` asks Optuna, `predictions` sets predictions beside
 measurements. Every public name is re-exported here: `from tuner.report import dashboard_data
 as dd` then `dd.trials_frame(...)`.
@@ -26,6 +27,15 @@ from tuner.report.dashboard_data.cards import (
     failure_groups,
     launch_view,
     levels_frame,
+    price_text,
+)
+from tuner.report.dashboard_data.choose import (
+    CHOICE_COLUMNS,
+    GAP,
+    HARDWARE,
+    Ranking,
+    choice_points,
+    rank_studies,
 )
 from tuner.report.dashboard_data.curves import CURVE_COLUMNS, LoadCurves, load_curves
 from tuner.report.dashboard_data.importance import Importance, param_importances
@@ -34,6 +44,7 @@ from tuner.report.dashboard_data.labels import (
     LOAD_AT_SLA,
     STATES,
     TOK_GPU,
+    USD_MTOK,
     USER_P50,
     USER_P90,
     page_url,
@@ -84,19 +95,22 @@ from tuner.report.dashboard_data.trials import (
     sort_trials,
     trials_frame,
 )
+from tuner.search.choose import BY, Targets  # the Choose page's inputs, as `tuner choose` takes
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
 
 __all__ = [
-    "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS",
-    "PVM_COLUMNS", "STATES", "STORAGE_ENV", "TOK_GPU", "USER_P50", "USER_P90", "BestCard",
-    "FailureGroup", "Importance", "LaunchView", "LoadCurves", "ParetoFront",
-    "PredictedVsMeasured", "StudyData", "StudySummary", "best_card", "best_of",
+    "BY", "CHOICE_COLUMNS", "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "GAP", "HARDWARE",
+    "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS", "PVM_COLUMNS", "STATES", "STORAGE_ENV",
+    "TOK_GPU", "USD_MTOK", "USER_P50", "USER_P90", "BestCard", "FailureGroup", "Importance",
+    "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking", "StudyData",
+    "StudySummary", "Targets", "best_card", "best_of", "choice_points",
     "compare_frame", "compare_points", "confirmation_text", "data_version", "describe",
     "export_files", "failure_groups", "filter_trials", "launch_view", "levels_frame",
     "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points", "model_name",
     "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
-    "predicted_vs_measured", "progress_frame", "read_studies", "read_study", "run_dirs",
+    "predicted_vs_measured", "price_text", "progress_frame", "rank_studies", "read_studies",
+    "read_study", "run_dirs",
     "sla_text", "sla_user_floor", "sort_trials", "sqlite_file", "storage_url", "summarize",
     "trials_frame", "with_retry",
 ]

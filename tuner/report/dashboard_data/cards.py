@@ -12,18 +12,20 @@ from typing import Any
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
-from tuner.report.dashboard_data.labels import TOK_GPU, USER_P50, USER_P90
+from tuner.report.dashboard_data.labels import TOK_GPU, USD_MTOK, USER_P50, USER_P90
 from tuner.report.dashboard_data.source import StudyData
 from tuner.report.dashboard_data.studies import best_of
 from tuner.report.export import write_export
 from tuner.report.tables import measurements_frame
 from tuner.search import rules
+from tuner.search.cost import level_usd_per_mtok, study_price, trial_server_hour_usd
 from tuner.spec.errors import BadInput
 from tuner.spec.space import describe
 from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["LEVEL_COLUMNS", "BestCard", "FailureGroup", "LaunchView", "best_card",
-           "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame"]
+           "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame",
+           "price_text"]
 
 
 @dataclass
@@ -92,9 +94,23 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
         "GPUs": trial.gpus,
         "engine": f"{data.study.engine} {trial.engine_version or ''}".strip(),
         "confirmation": confirmation_text(trial),
+        USD_MTOK: None if level is None else level_usd_per_mtok(data.study, trial, level),
+        "price": price_text(data.study),
     }
     return BestCard(trial=trial, params=dict(trial.params), figures=figures, command=command,
                     files=files, notes=notes)
+
+
+def price_text(study: StudyRecord) -> str:
+    """What the study's costs rest on, in one line: the device-hour price and where it is from."""
+    price = study_price(study)
+    if price is None:
+        return (f"no price for GPU type {study.gpu_type}: set hardware.gpu_hour_usd in the spec "
+                "for USD per million tokens")
+    unit = "core" if study.gpu_type.lower() == "cpu" else "GPU"
+    where = ("an EXAMPLE figure from tuner/data/gpu_prices.csv (set hardware.gpu_hour_usd for "
+             f"yours): {price.source}" if price.example else "the spec's hardware.gpu_hour_usd")
+    return f"priced at {price.usd_per_hour:g} USD per {unit}-hour, {where}"
 
 
 @dataclass
@@ -126,7 +142,8 @@ LEVEL_COLUMNS = {
     "concurrency": "concurrency", "request_rate": "rate req/s",
     "achieved_request_rate": "sent req/s", "capped_requests": "waited for cap",
     "meets_sla": "meets SLA",
-    "output_tok_s_per_gpu": TOK_GPU, "tok/s 95%": "tok/s 95% CI", "rounds": "rounds",
+    "output_tok_s_per_gpu": TOK_GPU, "usd_per_mtok": USD_MTOK, "tok/s 95%": "tok/s 95% CI",
+    "rounds": "rounds",
     "converged": "converged", "output_tok_s": "tok/s total", "tok_s_per_user_p50": USER_P50,
     "tok_s_per_user_p90": USER_P90, "ttft_p50_ms": "TTFT p50 ms", "ttft_p90_ms": "TTFT p90 ms",
     "ttft_p99_ms": "TTFT p99 ms", "itl_p50_ms": "ITL p50 ms", "itl_p90_ms": "ITL p90 ms",
@@ -140,13 +157,15 @@ LEVEL_COLUMNS = {
 }
 
 
-def levels_frame(trial: TrialRecord, *, confirmation: bool = False) -> pd.DataFrame:
+def levels_frame(trial: TrialRecord, *, confirmation: bool = False,
+                 study: StudyRecord | None = None) -> pd.DataFrame:
     """One row per level of the trial's first run (or of its confirmation): tuner.report's
     figures plus tails, end-to-end, means with their 95% half-widths and the engine's gauges,
-    named for reading (`TTFT p90 ms`, `tok/s/GPU`); a level whose rounds ran out before its
-    interval was tight says NOT CONVERGED."""
+    named for reading (`TTFT p90 ms`, `tok/s/GPU`; with the study, `USD/Mtok` at its price); a
+    level whose rounds ran out before its interval was tight says NOT CONVERGED."""
     levels = trial.confirmation if confirmation else trial.measurements
-    frame = measurements_frame(levels)
+    frame = measurements_frame(
+        levels, None if study is None else trial_server_hour_usd(study, trial))
     for c in LEVEL_COLUMNS:
         if c not in frame.columns:
             frame[c] = [getattr(m, c) for m in levels]

@@ -8,14 +8,14 @@ from urllib.parse import urlencode
 
 import pandas as pd
 
-from tuner.report.tables import LOAD_AT_SLA, TOK_GPU
+from tuner.report.tables import LOAD_AT_SLA, TOK_GPU, USD_MTOK, USER_P90
 from tuner.spec.space import SHORT_NAMES
 
-__all__ = ["CONFIRMED_TOK_GPU", "LOAD_AT_SLA", "STATES", "TOK_GPU", "USER_P50", "USER_P90",
-           "local_time", "page_url", "param_label", "param_value"]
+__all__ = ["CONFIRMED_TOK_GPU", "LOAD_AT_SLA", "STATES", "TOK_GPU", "USD_MTOK", "USER_P50",
+           "USER_P90", "local_time", "page_url", "param_label", "param_value"]
 
-# Column names shared by the frames and the pages that draw them (TOK_GPU is the CLI's too).
-USER_P90 = "tok/s/user p90"
+# Column names shared by the frames and the pages that draw them (TOK_GPU, USER_P90 and USD_MTOK
+# are the CLI's too).
 CONFIRMED_TOK_GPU = "confirmed tok/s/GPU"
 USER_P50 = "tok/s/user p50"
 STATES = ("complete", "pruned", "failed", "infeasible", "running")

@@ -6,8 +6,9 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from tuner.report.dashboard_data.labels import TOK_GPU, USER_P50, USER_P90
+from tuner.report.dashboard_data.labels import TOK_GPU, USD_MTOK, USER_P50, USER_P90
 from tuner.report.dashboard_data.source import StudyData
+from tuner.search.cost import server_hour_usd, study_price, usd_per_mtok
 from tuner.search.rules import non_dominated
 from tuner.spec.space import describe
 
@@ -32,12 +33,13 @@ def parallelism(params: dict[str, Any]) -> str:
 
 POINT_COLUMNS = ["study", "gpu type", "engine", "trial", "state", "concurrency", "parallelism",
                  "series", "config", TOK_GPU, USER_P90, USER_P50, "TTFT p90 ms", "errors",
-                 "meets SLA"]
+                 "meets SLA", "GPUs", "tok/s total", USD_MTOK]
 
 
 def measured_points(data: StudyData) -> pd.DataFrame:
     """One row per trial and concurrency level that was measured, from every trial that has
-    measurements (a failed trial's levels included: they show where it broke)."""
+    measurements (a failed trial's levels included: they show where it broke), with its USD per
+    million output tokens (NaN without a price), computed for the whole frame at once."""
     engine = data.study.engine
     rows = []
     for t in data.trials:
@@ -50,11 +52,16 @@ def measured_points(data: StudyData) -> pd.DataFrame:
                 "parallelism": par, "series": f"{engine} {par}", "config": config,
                 TOK_GPU: m.output_tok_s_per_gpu, USER_P90: m.tok_s_per_user_p90,
                 USER_P50: m.tok_s_per_user_p50, "TTFT p90 ms": m.ttft_p90_ms,
-                "errors": m.errors, "meets SLA": bool(m.meets_sla),
+                "errors": m.errors, "meets SLA": bool(m.meets_sla), "GPUs": t.gpus,
+                "tok/s total": m.output_tok_s,
             })
     frame = pd.DataFrame(rows, columns=POINT_COLUMNS)
-    for c in (TOK_GPU, USER_P90, USER_P50, "TTFT p90 ms"):
+    for c in (TOK_GPU, USER_P90, USER_P50, "TTFT p90 ms", "GPUs", "tok/s total"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
+    price = study_price(data.study)
+    frame[USD_MTOK] = (float("nan") if price is None else usd_per_mtok(
+        server_hour_usd(price.usd_per_hour, frame["GPUs"]), frame["tok/s total"]))
+    frame[USD_MTOK] = frame[USD_MTOK].astype("float64")
     return frame
 
 

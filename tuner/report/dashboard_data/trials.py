@@ -10,6 +10,7 @@ import pandas as pd
 from tuner.report.dashboard_data.labels import (
     CONFIRMED_TOK_GPU,
     TOK_GPU,
+    USD_MTOK,
     USER_P90,
     local_time,
     param_label,
@@ -18,6 +19,7 @@ from tuner.report.dashboard_data.labels import (
 from tuner.report.dashboard_data.source import StudyData
 from tuner.report.tables import LOAD_AT_SLA, trial_row
 from tuner.search import rules
+from tuner.search.cost import level_usd_per_mtok
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
 
@@ -35,7 +37,7 @@ def param_columns(data: StudyData) -> list[str]:
 
 def trials_frame(data: StudyData) -> pd.DataFrame:
     """One row per trial: state, each parameter in its own column, the figures at the level the
-    objective comes from, and the failure reason."""
+    objective comes from (its USD per million output tokens too), and the failure reason."""
     params = param_columns(data)
     rows = []
     sla = rules.study_sla(data.study)
@@ -46,18 +48,20 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
         rows.append({
             **{param_label(p): param_value(t.params.get(p)) for p in params},
             **trial_row(t),
+            USD_MTOK: None if level is None else level_usd_per_mtok(data.study, t, level),
             "at c": None if level is None else level.concurrency,
             "TTFT p90 ms": None if level is None else level.ttft_p90_ms,
             USER_P90: None if level is None else level.tok_s_per_user_p90,
             "confirmation": t.confirm_state, CONFIRMED_TOK_GPU: t.confirm_objective,
             "started": local_time(t.started_at), "duration s": duration,
         })
-    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, "SLA",
+    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, USD_MTOK, "SLA",
                LOAD_AT_SLA, "at c",
                "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
                CONFIRMED_TOK_GPU, "started", "duration s"]
     frame = pd.DataFrame(rows, columns=columns)
-    for c in (TOK_GPU, LOAD_AT_SLA, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU, "duration s"):
+    for c in (TOK_GPU, USD_MTOK, LOAD_AT_SLA, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU,
+              "duration s"):
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("float64")
     for c in ("at c", "GPUs"):
         frame[c] = frame[c].astype("Int64")
