@@ -154,6 +154,14 @@ POSTGRES_ENV = "TUNER_TEST_POSTGRES_URL"
 def pg_url() -> str:
     """A fresh, empty PostgreSQL database of its own for one test (dropped afterwards), on the
     throwaway server that `.ci/with-postgres` starts (`make test` runs pytest through it)."""
+    with fresh_pg_database() as url:
+        yield url
+
+
+@contextlib.contextmanager
+def fresh_pg_database():
+    """The URL of a new, empty PostgreSQL database, dropped on leaving: `pg_url`'s, and that of
+    a module-scoped fixture whose study several tests read."""
     import uuid
 
     from sqlalchemy import create_engine, text

@@ -8,34 +8,18 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import NO_VLLM, base_spec, run_tuner, vllm_available, write_yaml
+from tests.conftest import run_tuner
 from tuner.search import rules
 from tuner.store import Store
 
 pytestmark = pytest.mark.engine
 
-# Three configurations that all run on the CPU build: only the batch limit differs.
-SPACE = {"name": "three", "engine": "vllm",
-         "parameters": {"tensor_parallel_size": {"values": [1]},
-                        "max_batch_size": {"values": [4, 8, 16]}}}
-
 
 @pytest.fixture(scope="module")
-def confirmed(tmp_path_factory, tiny_model):
-    if not vllm_available():
-        pytest.fail(NO_VLLM)
-    d = tmp_path_factory.mktemp("confirm")
-    write_yaml(d / "space.yaml", SPACE)
-    spec = base_spec(tiny_model, space="space.yaml", name="confirm-study")
-    spec["workload"] = {"input_len": 32, "output_len": 32, "concurrency": [4],
-                        "requests_per_level": 16, "warmup_requests": 2}
-    write_yaml(d / "study.yaml", spec)
-    run = run_tuner("run", "study.yaml", cwd=d)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    proc = run_tuner("confirm", "study.yaml", "--top", "3", cwd=d)
-    (d / "confirm.out").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return d
+def confirmed(parallel_study):
+    """conftest's study of three configurations (only the batch limit differs), after
+    `tuner confirm --top 3`."""
+    return parallel_study.folder
 
 
 def test_confirm_reruns_the_top_three_each_in_a_fresh_server(confirmed):

@@ -26,8 +26,8 @@ SPACE = {"name": "tp1", "engine": "vllm",
 
 def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_model):
     write_yaml(tmp_path / "space.yaml", SPACE)
-    write_yaml(tmp_path / "study.yaml",
-               base_spec(tiny_model, space="space.yaml", budget={"n_trials": 1}))
+    write_yaml(tmp_path / "study.yaml", base_spec(tiny_model, space="space.yaml",
+                                                  budget={"n_trials": 1, "confirm_top_k": 0}))
     url = f"sqlite:///{tmp_path}/tuner.db"
     first = subprocess.Popen([sys.executable, "-m", "tuner.cli", "run", "study.yaml"],
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -67,19 +67,19 @@ def test_sigkilled_tuner_leaves_no_server_and_the_study_resumes(tmp_path, tiny_m
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
 
 
-def test_two_trials_run_at_once_on_disjoint_devices(tmp_path, tiny_model):
+def test_two_trials_run_at_once_on_disjoint_devices(parallel_study):
     """budget.parallel_trials: on a 2-core node, two TP1 trials each get a core of their own
-    (on an 8-GPU node, two TP4 trials each get four GPUs)."""
-    write_yaml(tmp_path / "space.yaml", SPACE)
-    write_yaml(tmp_path / "study.yaml", base_spec(
-        tiny_model, space="space.yaml",
-        budget={"n_trials": 2, "parallel_trials": 2, "trial_timeout_s": 400}))
-    proc = run_tuner("run", "study.yaml", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-
-    trials = Store.open(f"sqlite:///{tmp_path}/tuner.db", create=False).trials("test-study")
-    assert [t.state for t in trials] == ["complete", "complete"]
-    binds = sorted(t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials)
-    assert binds == ["0", "1"]  # each server's threads on its own core
-    first, second = sorted(trials, key=lambda t: t.started_at)
-    assert second.started_at < first.finished_at  # they really ran at the same time
+    (on an 8-GPU node, two TP4 trials each get four GPUs). The study of conftest's
+    `parallel_study`: three trials, two at a time."""
+    url = f"sqlite:///{parallel_study.folder}/tuner.db"
+    trials = Store.open(url, create=False).trials(parallel_study.name)
+    assert [t.state for t in trials] == ["complete"] * 3
+    bind = {t.number: t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
+    assert sorted(set(bind.values())) == ["0", "1"]  # each server's threads on one core
+    first, second, _ = sorted(trials, key=lambda t: t.started_at)
+    assert second.started_at < first.finished_at  # the first two really ran at the same time
+    for a in trials:  # and no two trials that ran at the same time shared a core
+        for b in trials:
+            if a.number < b.number and a.started_at < b.finished_at \
+                    and b.started_at < a.finished_at:
+                assert bind[a.number] != bind[b.number], (a.number, b.number)

@@ -4,10 +4,12 @@ prompts, and random-token prompts (the field's known trap) are not natural text.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from tests.conftest import base_spec, run_tuner, write_yaml
+from tests.conftest import TUNER, base_spec, write_yaml
 from tuner.store import Store
 
 pytestmark = [
@@ -23,18 +25,40 @@ SPACE = {"name": "ngram", "engine": "vllm", "parameters": {
 
 def test_ngram_acceptance_from_metrics_differs_between_corpus_and_random_prompts(
         tmp_path, tiny_model):
+    """The two studies run side by side, each `tuner run` held to one core of its own (its
+    process's CPU affinity is the node tuner sees), as two tuners on one node would: acceptance
+    counts drafts, so it does not depend on how fast either server runs."""
     write_yaml(tmp_path / "space.yaml", SPACE)
-    acceptance = {}
-    for source in ("synthetic", "corpus"):
+    sources = ("synthetic", "corpus")
+    cores = sorted(os.sched_getaffinity(0))[:len(sources)]
+    runs = {}
+    for source, core in zip(sources, cores, strict=True):
         spec = base_spec(tiny_model, space="space.yaml", name=f"ngram-{source}",
-                         budget={"n_trials": 1})
+                         budget={"n_trials": 1, "confirm_top_k": 0},
+                         storage=f"sqlite:///{source}.db")
+        spec["engine"]["ready_timeout_s"] = 400  # two servers start at once, on a core each
         spec["workload"]["prompt_source"] = source
         spec["workload"]["concurrency"] = [4]
         write_yaml(tmp_path / f"{source}.yaml", spec)
-        proc = run_tuner("run", f"{source}.yaml", cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        assert "drafts accepted" in proc.stdout
-        (trial,) = Store.open(f"sqlite:///{tmp_path}/tuner.db").trials(f"ngram-{source}")
+        with open(tmp_path / f"{source}.out", "w") as out:
+            runs[source] = subprocess.Popen(
+                ["taskset", "-c", str(core), *TUNER, "run", f"{source}.yaml"], cwd=tmp_path,
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for run in runs.values():
+            run.wait(timeout=900)
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    acceptance = {}
+    for source, core in zip(sources, cores, strict=True):
+        output = (tmp_path / f"{source}.out").read_text()
+        assert runs[source].returncode == 0, output[-3000:]
+        assert "drafts accepted" in output
+        (trial,) = Store.open(f"sqlite:///{tmp_path}/{source}.db").trials(f"ngram-{source}")
+        assert trial.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] == str(core)
         (level,) = trial.measurements
         assert level.spec_drafts and level.spec_draft_tokens  # stored with the trial
         assert 0 <= level.spec_accepted_tokens <= level.spec_draft_tokens

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -17,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
-from tests.conftest import TUNER, base_spec, run_tuner, wait_for, write_yaml
+from tests.conftest import TUNER, base_spec, fresh_pg_database, run_tuner, wait_for, write_yaml
 from tuner.search.rules import config_key
 from tuner.serve.launcher import group_members
 from tuner.store import Store
@@ -41,16 +42,18 @@ def _spec(tiny_model: Path, n_trials: int = BUDGET, requests: int = 8) -> dict:
         workload={"input_len": 32, "output_len": 16, "concurrency": LEVELS,
                   "requests_per_level": requests, "warmup_requests": 1},
         budget={"n_trials": n_trials, "trial_timeout_s": 300, "heartbeat_interval_s": 1,
-                "heartbeat_grace_s": 6},
+                "heartbeat_grace_s": 6, "confirm_top_k": 0},
     )
 
 
-def _create(tmp_path: Path, tiny_model: Path, url: str, **spec) -> None:
+def _create(tmp_path: Path, tiny_model: Path, url: str, **spec) -> str:
+    """`tuner run --create-only` of the study; what it printed."""
     write_yaml(tmp_path / "space.yaml", SPACE)
     write_yaml(tmp_path / "study.yaml", _spec(tiny_model, **spec))
     proc = run_tuner("run", "study.yaml", "--create-only", "--storage", url, cwd=tmp_path,
                      timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout + proc.stderr
 
 
 def _worker(tmp_path: Path, url: str, core: int, name: str) -> subprocess.Popen:
@@ -101,12 +104,30 @@ def _check_budget_spent_exactly(store: Store, study: optuna.Study) -> None:
     assert store.budget_used("test-study") == BUDGET
 
 
-def test_two_workers_run_one_study_at_the_same_time(tmp_path, tiny_model, pg_url):
-    _create(tmp_path, tiny_model, pg_url)
-    first = _worker(tmp_path, pg_url, 0, "w0")
-    second = _worker(tmp_path, pg_url, 1, "w1")
-    outputs = [_finish(first, tmp_path, "w0", 900), _finish(second, tmp_path, "w1", 900)]
+@dataclass
+class WorkersRun:
+    """A PostgreSQL study that two `tuner worker` processes ran at once, each on its own core:
+    the two-worker test checks how they shared it, the password test what they printed."""
 
+    folder: Path
+    url: str
+    pids: tuple[int, int]
+    outputs: list[str]  # `tuner run --create-only`'s, then each worker's
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory, tiny_model) -> WorkersRun:
+    with fresh_pg_database() as url:
+        d = tmp_path_factory.mktemp("workers")
+        created = _create(d, tiny_model, url)
+        first = _worker(d, url, 0, "w0")
+        second = _worker(d, url, 1, "w1")
+        outputs = [_finish(first, d, "w0", 900), _finish(second, d, "w1", 900)]
+        yield WorkersRun(d, url, (first.pid, second.pid), [created, *outputs])
+
+
+def test_two_workers_run_one_study_at_the_same_time(two_workers):
+    pg_url, (first, second) = two_workers.url, two_workers.pids
     store = Store.open(pg_url, create=False)
     study = optuna.load_study(study_name="test-study", storage=pg_url)
     _check_budget_spent_exactly(store, study)
@@ -119,15 +140,15 @@ def test_two_workers_run_one_study_at_the_same_time(tmp_path, tiny_model, pg_url
     assert len(launched) == len(set(launched)) == BUDGET
     # Both workers ran trials, each on its own core, and at the same time.
     by_worker = {t.worker_pid for t in trials}
-    assert by_worker == {first.pid, second.pid}
+    assert by_worker == {first, second}
     binds = {t.worker_pid: t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
-    assert binds == {first.pid: "0", second.pid: "1"}
-    a, b = (min((t for t in trials if t.worker_pid == p.pid), key=lambda t: t.started_at)
-            for p in (first, second))
+    assert binds == {first: "0", second: "1"}
+    a, b = (min((t for t in trials if t.worker_pid == pid), key=lambda t: t.started_at)
+            for pid in (first, second))
     assert a.started_at < b.finished_at and b.started_at < a.finished_at
     rows = _measurement_rows(pg_url)
     assert len(rows) == len(set(rows)) == len(trials) * len(LEVELS)
-    for output in outputs:
+    for output in two_workers.outputs[1:]:
         assert "worker done: study test-study has used 3 of 3 trials" in output
 
 
@@ -184,27 +205,25 @@ def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
     assert store.unstopped_servers(os.uname().nodename) == []
 
 
-def test_a_storage_password_appears_in_no_output_log_or_export(tmp_path, tiny_model, pg_url):
+def test_a_storage_password_appears_in_no_output_log_or_export(two_workers):
+    """The workers' study, created with the URL on the command line and run by workers given
+    it in their environment (as a k8s Secret does), then read and exported with it."""
     from sqlalchemy.engine import make_url
 
+    pg_url, folder = two_workers.url, two_workers.folder
     password = make_url(pg_url).password
     assert password and len(password) >= 12
     wrong = make_url(pg_url).set(password="Wr0ngPassw0rdX").render_as_string(hide_password=False)
-    write_yaml(tmp_path / "space.yaml", SPACE)
-    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, n_trials=1))
-    outputs = []
+    outputs = list(two_workers.outputs)  # --create-only --storage URL, then both workers
+    assert "postgresql://tuner:***@" in outputs[0]
 
-    def tuner(*args, env=None, expect=0):
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        proc = subprocess.run([*TUNER, *map(str, args)], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=600, env=full_env)
+    def tuner(*args, expect=0):
+        proc = subprocess.run([*TUNER, *map(str, args)], cwd=folder, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         outputs.append(proc.stdout + proc.stderr)
         assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-2000:]
         return proc
 
-    created = tuner("run", "study.yaml", "--create-only", "--storage", pg_url)
-    assert "postgresql://tuner:***@" in created.stdout
-    tuner("worker", "--study", "test-study", env={"TUNER_STORAGE": pg_url})
     tuner("status", "--storage", pg_url)
     tuner("best", "--storage", pg_url)
     tuner("export", "--storage", pg_url, "--format", "vllm", "--format", "json", "--format",
@@ -214,9 +233,9 @@ def test_a_storage_password_appears_in_no_output_log_or_export(tmp_path, tiny_mo
     assert "password authentication failed" in denied.stderr
     assert "postgresql://tuner:***@" in denied.stderr
 
-    assert (tmp_path / "tuner-exports" / "test-study" / "k8s-workers.yaml").exists()
-    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".safetensors"]
-    assert any(p.name == "server.log" for p in files)  # the trial's log is among them
+    assert (folder / "tuner-exports" / "test-study" / "k8s-workers.yaml").exists()
+    files = [p for p in folder.rglob("*") if p.is_file() and p.suffix != ".safetensors"]
+    assert any(p.name == "server.log" for p in files)  # the trials' logs are among them
     for secret in (password, "Wr0ngPassw0rdX"):
         for i, output in enumerate(outputs):
             assert secret not in output, f"command {i} printed the password"
@@ -228,51 +247,17 @@ def test_a_storage_password_appears_in_no_output_log_or_export(tmp_path, tiny_mo
     assert password not in str([t.launch_plan for t in store.trials("test-study")])
 
 
-def test_the_dashboard_reads_an_sqlite_study_while_it_runs(tmp_path, tiny_model):
-    """WAL mode and retries: reading in a loop during a real study, no read fails with
-    "database is locked" (or anything else), and the reads see the study progress."""
-    from tuner.report import dashboard_data as dd
-
-    write_yaml(tmp_path / "space.yaml", SPACE)
-    spec = _spec(tiny_model, n_trials=2)
-    spec["hardware"] = {"gpu_type": "cpu"}
-    write_yaml(tmp_path / "study.yaml", spec)
-    url = f"sqlite:///{tmp_path}/tuner.db"
-    with open(tmp_path / "run.out", "w") as out:
-        run = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
-                               stderr=subprocess.STDOUT, env={**os.environ,
-                                                              "PYTHONUNBUFFERED": "1"})
-    seen: list[tuple[int, int]] = []  # (trials, complete) per read
-    reads = 0
-    try:
-        wait_for(lambda: (tmp_path / "tuner.db").exists(), 120, "the study database")
-        while run.poll() is None:
-            try:
-                store = dd.open_store(url)
-            except Exception as e:  # only before the study's tables exist
-                assert "no study database" in str(e), e
-                time.sleep(0.2)
-                continue
-            with store:
-                for data in dd.read_studies(store):
-                    dd.summarize(data)
-                    dd.trials_frame(data)
-                    dd.measured_points(data)
-                    dd.progress_frame(data)
-                    dd.failure_groups(data)
-                    complete = sum(t.state == "complete" for t in data.trials)
-                    seen.append((len(data.trials), complete))
-            importance = dd.param_importances(url, "test-study")  # Optuna's tables
-            assert "locked" not in (importance.note or "")
-            reads += 1
-    finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
-    assert run.returncode == 0, (tmp_path / "run.out").read_text()[-3000:]
-    assert reads > 20
-    # The reads saw the study from before its first result to its second.
-    assert (0, 0) in seen or (1, 0) in seen
-    assert any(complete == 1 for _, complete in seen)
-    assert max(complete for _, complete in seen) <= 2
-    assert "database is locked" not in (tmp_path / "run.out").read_text()
+def test_the_dashboard_reads_an_sqlite_study_while_it_runs(parallel_study):
+    """WAL mode and retries: reading every page's data in a loop during a real study (conftest's
+    `parallel_study`, two servers writing at once), no read fails with "database is locked" (or
+    anything else), and the reads see the study progress."""
+    reads = parallel_study.reads
+    assert reads.errors == []
+    assert reads.count > 20
+    completes = [complete for _, complete in reads.seen]
+    # The reads saw the study from before its first result, part done, to the end at most.
+    assert completes[0] == 0
+    assert any(0 < c < 3 for c in completes)
+    assert max(completes) <= 3
+    assert completes == sorted(completes)  # a read never sees a finished trial vanish
+    assert "database is locked" not in (parallel_study.folder / "run.out").read_text()

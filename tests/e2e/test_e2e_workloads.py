@@ -25,7 +25,7 @@ def test_chat_from_a_jsonl_file_at_a_poisson_rate_in_rounds_with_engine_gauges(t
     shutil.copy(REPO / "examples" / "chat-prompts.jsonl", tmp_path / "prompts.jsonl")
     # tiny Qwen3-MoE: vLLM renders its chat with the tokenizer's template (gpt-oss uses Harmony).
     spec = base_spec(tmp_path / "tiny-qwen3-moe", space="space.yaml", name="chat-poisson",
-                     budget={"n_trials": 1, "trial_timeout_s": 240})
+                     budget={"n_trials": 1, "trial_timeout_s": 240, "confirm_top_k": 0})
     spec["model"]["generate"] = "tiny-qwen3-moe"
     spec["workload"] = {
         "prompt_source": "file", "prompt_file": "prompts.jsonl", "api": "chat",

@@ -1,0 +1,114 @@
+"""One real study that several engine tests read, so its servers start once per session.
+
+`parallel_study`: three TP1 configurations that `tuner run` measured two at a time
+(budget.parallel_trials: each server on a core of its own), while the dashboard's data layer read
+the study's SQLite database in a loop; then `tuner confirm --top 3` re-ran all three, each in a
+fresh server. The tests of confirmation (test_e2e_confirm.py), of parallel trials
+(test_e2e_interrupt.py) and of reading a running study (test_e2e_workers.py) check it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    NO_VLLM,
+    TUNER,
+    base_spec,
+    run_tuner,
+    vllm_available,
+    wait_for,
+    write_yaml,
+)
+
+PARALLEL_STUDY = "confirm-study"
+# Three configurations that all run on the CPU build: only the batch limit differs.
+SPACE = {"name": "three", "engine": "vllm",
+         "parameters": {"tensor_parallel_size": {"values": [1]},
+                        "max_batch_size": {"values": [4, 8, 16]}}}
+
+
+@dataclass
+class Reads:
+    """What the dashboard's data layer saw, reading the study in a loop while it ran."""
+
+    count: int = 0
+    seen: list[tuple[int, int]] = field(default_factory=list)  # (trials, complete) per read
+    errors: list[str] = field(default_factory=list)  # any read that failed, and why
+
+
+@dataclass
+class ParallelStudy:
+    folder: Path  # tuner.db, study.yaml, run.out (`tuner run`), confirm.out (`tuner confirm`)
+    name: str
+    reads: Reads
+
+
+@pytest.fixture(scope="session")
+def parallel_study(tmp_path_factory, tiny_model) -> ParallelStudy:
+    if not vllm_available():
+        pytest.fail(NO_VLLM)
+    d = tmp_path_factory.mktemp("confirm")
+    write_yaml(d / "space.yaml", SPACE)
+    # Confirmation is the separate `tuner confirm` below, so the first run leaves it off.
+    spec = base_spec(tiny_model, space="space.yaml", name=PARALLEL_STUDY,
+                     budget={"n_trials": 3, "parallel_trials": 2, "trial_timeout_s": 400,
+                             "confirm_top_k": 0})
+    spec["workload"] = {"input_len": 32, "output_len": 32, "concurrency": [4],
+                        "requests_per_level": 16, "warmup_requests": 2}
+    write_yaml(d / "study.yaml", spec)
+    with open(d / "run.out", "w") as out:
+        run = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=d, stdout=out,
+                               stderr=subprocess.STDOUT,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        reads = read_while_running(run, d)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+    assert run.returncode == 0, (d / "run.out").read_text()[-3000:]
+    proc = run_tuner("confirm", "study.yaml", "--top", "3", cwd=d)
+    (d / "confirm.out").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return ParallelStudy(d, PARALLEL_STUDY, reads)
+
+
+def read_while_running(run: subprocess.Popen, d: Path) -> Reads:
+    """Every page's data, read from the study's database again and again until `run` ends."""
+    from tuner.report import dashboard_data as dd
+
+    url = f"sqlite:///{d}/tuner.db"
+    reads = Reads()
+    wait_for(lambda: (d / "tuner.db").exists(), 120, "the study database")
+    while run.poll() is None:
+        try:
+            store = dd.open_store(url)
+        except Exception as e:  # only before the study's tables exist
+            if "no study database" not in str(e):
+                reads.errors.append(f"open: {e!r}")
+            time.sleep(0.2)
+            continue
+        try:
+            with store:
+                for data in dd.read_studies(store):
+                    dd.summarize(data)
+                    dd.trials_frame(data)
+                    dd.measured_points(data)
+                    dd.progress_frame(data)
+                    dd.failure_groups(data)
+                    complete = sum(t.state == "complete" for t in data.trials)
+                    reads.seen.append((len(data.trials), complete))
+            importance = dd.param_importances(url, PARALLEL_STUDY)  # Optuna's tables
+            if "locked" in (importance.note or ""):
+                reads.errors.append(f"importance: {importance.note}")
+        except Exception as e:
+            reads.errors.append(f"read: {e!r}")
+        reads.count += 1
+    return reads
