@@ -361,6 +361,8 @@ def draw_best_card(card: dd.BestCard, data: dd.StudyData, *, key: str,
             st.caption(f"{dd.TOK_GPU} 95% confidence interval: {f['tok/s 95% CI']} "
                        "(Student t over repeated rounds)")
         st.caption(f["confirmation"])
+        if f.get("quality"):
+            st.caption(f"quality against the study's reference answers: {f['quality']}")
         left, right = st.columns([3, 2], gap="medium")
         with left:
             if card.command:

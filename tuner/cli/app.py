@@ -75,13 +75,15 @@ def _print_trials(trials) -> None:
 
 
 def _print_best(study, best, trials) -> None:
-    from tuner.report.tables import measurements_frame
+    from tuner.report.tables import measurements_frame, quality_text
     from tuner.search.rules import is_confirmed, met_sla
     from tuner.spec.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
+    if best.quality is not None:
+        out.print(f"  quality against the reference: {quality_text(best.quality)}")
     if best.load_search is not None:
         out.print(f"  load search: {best.load_search}")
     out.print(_table(measurements_frame(best.measurements)))

@@ -31,7 +31,9 @@ from tuner.store.records import LevelMeasurement
 # 3 added the confirmation state `inconclusive`; nothing else changed.
 # 4 added objective.tok_s_per_user_p90 and objective.min_tok_s_per_user (a pick from a Pareto
 #   front: the level exported, and the target it was picked for); nothing else changed.
-SCHEMA_VERSION = 4
+# 5 added `quality` (the trial's answers against the study's reference, its quality gate);
+#   nothing else changed.
+SCHEMA_VERSION = 5
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -92,8 +94,23 @@ class ConfirmationInfo(_Model):
     measurements: list[dict[str, Any]]
 
 
+class QualityInfo(_Model):
+    """The trial's answers to the quality gate's prompts against its study's reference (only a
+    trial that passed is ever exported)."""
+
+    passed: bool
+    prompts: int
+    exact_match_rate: float  # 0..1
+    common_prefix_share: float  # mean share of each reference answer repeated, 0..1
+    mean_common_prefix: float  # tokens
+    mean_logprob_divergence: float | None  # nats; None where the engine gave no logprobs
+    lossless: str | None  # the lossless feature held to exact match
+    task_accuracy: float | None  # of the spec's task checks; None: none
+    gate_s: float  # the gate's time on the trial's server
+
+
 class ExportRecord(_Model):
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -105,6 +122,7 @@ class ExportRecord(_Model):
     sla: dict[str, Any]
     measurements: list[dict[str, Any]]  # the first run
     confirmation: ConfirmationInfo | None  # None: never confirmed
+    quality: QualityInfo | None  # None: the study ran without the quality gate
     launch: LaunchInfo
     provenance: Provenance
 
@@ -117,6 +135,25 @@ def _confirmation(trial: TrialRecord) -> ConfirmationInfo | None:
         meets_sla=trial.confirm_meets_sla, reason=trial.confirm_reason,
         measured_at=trial.confirmed_at.isoformat() if trial.confirmed_at else None,
         measurements=[m.to_dict() for m in trial.confirmation])
+
+
+def _quality(trial: TrialRecord) -> QualityInfo | None:
+    q = trial.quality
+    if q is None:
+        return None
+    return QualityInfo(passed=q.passed, prompts=q.prompts, exact_match_rate=q.exact_match_rate,
+                       common_prefix_share=q.common_prefix_share,
+                       mean_common_prefix=q.mean_common_prefix,
+                       mean_logprob_divergence=q.mean_logprob_divergence, lossless=q.lossless,
+                       task_accuracy=q.task_accuracy, gate_s=q.gate_s)
+
+
+def check_quality(trial: TrialRecord) -> None:
+    """A trial whose answers failed the quality gate is never exported, whatever is asked."""
+    if trial.quality is not None and not trial.quality.passed:
+        raise BadInput(f"export of trial {trial.number} refused: it failed the quality gate "
+                       f"({trial.quality.reason}): export a trial that passed it (`tuner best` "
+                       "names the winner)")
 
 
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
@@ -148,7 +185,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
             min_tok_s_per_user=pick.min_tok_s_per_user if pick is not None else None),
         workload=spec["workload"], sla=spec["sla"],
         measurements=[m.to_dict() for m in trial.measurements],
-        confirmation=_confirmation(trial),
+        confirmation=_confirmation(trial), quality=_quality(trial),
         launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
                           config_file=config_file, config=yaml.safe_load(config_text)),
         provenance=Provenance(
@@ -183,6 +220,7 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
         if f not in allowed:
             raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
                            f"use one of {', '.join(allowed)}")
+    check_quality(trial)
     record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
     check_invariants(record, get_adapter(study.engine))
     k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None

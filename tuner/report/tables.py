@@ -10,12 +10,27 @@ from tuner.measure.metrics import confidence_text
 from tuner.search.rules import winner
 from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
-from tuner.store.records import LevelMeasurement
+from tuner.store.records import LevelMeasurement, QualityCheck
 
 # The column of a trial's objective, in the CLI's tables and the dashboard's alike.
 TOK_GPU = "tok/s/GPU"
 # The highest load (concurrency, or requests/s open loop) of a trial that met the SLA.
 LOAD_AT_SLA = "load at SLA"
+# The trial's answers against the study's reference (the quality gate).
+QUALITY = "quality"
+
+
+def quality_text(q: QualityCheck | None) -> str | None:
+    """A trial's quality figures in one cell, as every table and `tuner best` write them: the
+    verdict, exact-match rate, common prefix, logprob divergence, task accuracy (with task
+    checks) and the gate's seconds."""
+    if q is None:
+        return None
+    d = q.mean_logprob_divergence
+    return (f"{'passed' if q.passed else 'FAILED'}: exact {q.exact_match_rate:.0%}, prefix "
+            f"{q.common_prefix_share:.0%}" + ("" if d is None else f", logprob Δ {d:.2g}")
+            + ("" if q.task_accuracy is None else f", tasks {q.task_accuracy:.0%}")
+            + f", gate {q.gate_s:.1f} s")
 
 
 def _params_text(params: dict) -> str:
@@ -40,14 +55,16 @@ def load_at_sla(t: TrialRecord) -> float | None:
 
 def trial_row(t: TrialRecord) -> dict[str, Any]:
     """The cells every trials table shows, each written here once: trial, state, config, the
-    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the highest load that met
-    it (`load at SLA`), GPUs, failure kind and reason."""
+    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the quality gate's figures
+    (`quality`), the highest load that met it (`load at SLA`), GPUs, failure kind and
+    reason."""
     return {
         "trial": t.number,
         "state": t.state,
         "config": _params_text(t.params),
         TOK_GPU: t.objective,
         "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
+        QUALITY: quality_text(t.quality),
         LOAD_AT_SLA: load_at_sla(t),
         "GPUs": t.gpus,
         "failure": t.failure_kind,
@@ -64,15 +81,15 @@ def failure_text(row: dict[str, Any]) -> str | None:
 
 
 def trials_frame(trials: list[TrialRecord]) -> pd.DataFrame:
-    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, load at SLA, gpus,
-    reason."""
+    """What `tuner status` prints: trial, state, config, tok/s/GPU, SLA, quality, load at SLA,
+    gpus, reason."""
     rows = []
     for t in trials:
         row = trial_row(t)
         rows.append({**row, "gpus": row["GPUs"], "reason": failure_text(row)})
     # object dtype keeps ints as ints and None as None (no float coercion for display)
-    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", LOAD_AT_SLA,
-                                       "gpus", "reason"], dtype=object)
+    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, "SLA", QUALITY,
+                                       LOAD_AT_SLA, "gpus", "reason"], dtype=object)
 
 
 def state_counts(trials: list[TrialRecord]) -> dict[str, int]:

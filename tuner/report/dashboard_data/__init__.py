@@ -26,6 +26,7 @@ from tuner.report.dashboard_data.cards import (
     failure_groups,
     launch_view,
     levels_frame,
+    quality_answers,
 )
 from tuner.report.dashboard_data.curves import CURVE_COLUMNS, LoadCurves, load_curves
 from tuner.report.dashboard_data.importance import Importance, param_importances
@@ -96,7 +97,7 @@ __all__ = [
     "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points", "model_name",
     "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
-    "predicted_vs_measured", "progress_frame", "read_studies", "read_study", "run_dirs",
-    "sla_text", "sla_user_floor", "sort_trials", "sqlite_file", "storage_url", "summarize",
-    "trials_frame", "with_retry",
+    "predicted_vs_measured", "progress_frame", "quality_answers", "read_studies", "read_study",
+    "run_dirs", "sla_text", "sla_user_floor", "sort_trials", "sqlite_file", "storage_url",
+    "summarize", "trials_frame", "with_retry",
 ]
