@@ -434,6 +434,8 @@ def draw_best_card(card: dd.BestCard, data: dd.StudyData, *, key: str,
             st.caption(f"{money(f[dd.USD_MTOK])} USD per million output tokens at this level; "
                        f"{f['price']}")
         st.caption(f["confirmation"])
+        if f.get("quality"):
+            st.caption(f"quality against the study's reference answers: {f['quality']}")
         left, right = st.columns([3, 2], gap="medium")
         with left:
             if card.command:

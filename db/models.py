@@ -154,6 +154,9 @@ class TrialModel(Base):
     servers: Mapped[list[ServerModel]] = relationship(
         back_populates="trial", cascade="all, delete-orphan", passive_deletes=True
     )
+    quality_checks: Mapped[list[QualityCheckModel]] = relationship(
+        back_populates="trial", cascade="all, delete-orphan", passive_deletes=True
+    )
 
     @classmethod
     def find(cls, study_id: int, number: int, session: Session) -> TrialModel | None:
@@ -243,6 +246,60 @@ class ServerModel(Base):
     owner_create_time: Mapped[float | None] = mapped_column(Float)
 
     trial: Mapped[TrialModel] = relationship(back_populates="servers")
+
+
+class QualityReferenceModel(Base):
+    """A study's reference answers for the quality gate: one row per study, claimed by the
+    worker that computes them (`state` computing) and then kept (`state` ready)."""
+
+    __tablename__ = "tuner_quality_references"
+    __table_args__ = (
+        UniqueConstraint("study_id"),
+        CheckConstraint("state IN ('computing', 'ready')", name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_studies.id", ondelete="CASCADE"), nullable=False
+    )
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # the configuration
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # the quality spec
+    # [{prompt, text, tokens, logprobs, top_logprobs, error}], one per prompt; None while computing
+    answers: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
+    claimed_by: Mapped[str] = mapped_column(String(256), nullable=False)  # "host pid:start"
+    claimed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    computed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    answer_s: Mapped[float | None] = mapped_column(Float)  # the answers' time, server start apart
+    engine_version: Mapped[str | None] = mapped_column(String(256))
+
+
+class QualityCheckModel(Base):
+    """A trial's answers to the quality gate's prompts against its study's reference."""
+
+    __tablename__ = "tuner_quality_checks"
+    # `run`: 0 for the trial's own server (as tuner_measurements.run).
+    __table_args__ = (UniqueConstraint("trial_id", "run"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_trials.id", ondelete="CASCADE"), nullable=False
+    )
+    run: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    passed: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    prompts: Mapped[int] = mapped_column(Integer, nullable=False)
+    exact_match_rate: Mapped[float] = mapped_column(Float, nullable=False)
+    mean_common_prefix: Mapped[float] = mapped_column(Float, nullable=False)  # tokens
+    common_prefix_share: Mapped[float] = mapped_column(Float, nullable=False)  # 0..1
+    mean_logprob_divergence: Mapped[float | None] = mapped_column(Float)  # nats
+    lossless: Mapped[str | None] = mapped_column(Text)  # e.g. "speculative_method=ngram"
+    task_accuracy: Mapped[float | None] = mapped_column(Float)  # of quality.tasks, 0..1
+    gate_s: Mapped[float] = mapped_column(Float, nullable=False)  # the gate's own time
+    reason: Mapped[str | None] = mapped_column(Text)
+    sample: Mapped[str | None] = mapped_column(Text)  # the first diverging answer, beside its ref
+    answers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+
+    trial: Mapped[TrialModel] = relationship(back_populates="quality_checks")
 
 
 class PredictionModel(Base):

@@ -61,6 +61,8 @@ def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
         "sla": {"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1},
         # Confirmation re-runs servers; the tests that are about it turn it on.
         "budget": {"n_trials": 3, "trial_timeout_s": 240, "confirm_top_k": 0},
+        # The quality gate starts a reference server; the tests that are about it turn it on.
+        "quality": {"enabled": False},
     }
     spec.update(overrides)
     return spec

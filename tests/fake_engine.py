@@ -14,6 +14,8 @@ A behaviour has `ttft_s` and `itl_s` (the fake server's timetable), optionally
 - `not_ready`: never answers /health;
 - `bad_argument`: exits at start with a ValueError naming the argument;
 - `http500`: stays up and answers every request with an error (an engine whose core died);
+- `answers: wrong`: serves, but its greedy answers (unstreamed requests: the quality gate's)
+  differ from every correct server's;
 - with `fail_starts: N`, only the first N starts of that configuration fail (a flaky node); the
   starts are counted in a file beside the landscape.
 
@@ -104,7 +106,8 @@ def main(argv: list[str]) -> None:
         time.sleep(3600)
     server = FakeOpenAIServer(Script(ttft_s=act.get("ttft_s", 0.0), itl_s=act.get("itl_s", 0.0),
                                      itl_per_in_flight_s=act.get("itl_per_in_flight_s", 0.0),
-                                     fail="http500" if fail == "http500" else None))
+                                     fail="http500" if fail == "http500" else None,
+                                     wrong=act.get("answers") == "wrong"))
 
     async def completions(request: web.Request) -> web.StreamResponse:
         if fail == "crash":

@@ -7,7 +7,8 @@ then the usage chunk and `[DONE]`, as vLLM does with `stream_options.include_usa
 open with the role announcement in the first token's step, as vLLM's do. With `ttft_range` /
 `itl_range` each request draws its own TTFT and ITL uniformly from a seeded generator (known
 means, real spread). It counts the requests it saw and the most it had in flight, and can fail on
-demand.
+demand. An unstreamed request gets one JSON answer that depends on its prompt only (`answer`),
+or a wrong one (`Script.wrong`), as a broken configuration would give.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import multiprocessing
 import random
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +47,9 @@ class Script:
     # more coalesce a run of tokens into one write (each at its own deadline, written at the
     # last one's), which keeps the server's cost per token small in the capacity bench.
     chunks_per_write: int = 1
+    # Unstreamed requests (the quality gate's) get a greedy answer that is a function of the
+    # prompt; `wrong` answers every prompt differently (a configuration that breaks the model).
+    wrong: bool = False
 
 
 # vLLM's request ids and timestamps, so an event is as long as the real server's.
@@ -143,6 +148,9 @@ class FakeOpenAIServer:
             await asyncio.sleep(ttft_s)
             return web.json_response({"error": {"message": "boom"}}, status=500)
         chat = "messages" in body
+        if not body.get("stream"):
+            await asyncio.sleep(ttft_s + itl_s * self._limit(body, chat))
+            return web.json_response(answer(body, chat, self._limit(body, chat), script.wrong))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)  # headers go out at once, as vLLM's do: TTFT is not this
         limit = body.get("max_completion_tokens") if chat else body["max_tokens"]
@@ -178,6 +186,10 @@ class FakeOpenAIServer:
         return resp
 
     @staticmethod
+    def _limit(body: dict, chat: bool) -> int:
+        return body.get("max_completion_tokens") if chat else body["max_tokens"]
+
+    @staticmethod
     async def _write(resp: web.StreamResponse, event: bytes, script: Script) -> None:
         if not script.split_events:
             await resp.write(event)
@@ -186,6 +198,32 @@ class FakeOpenAIServer:
         await resp.write(event[:half])
         await asyncio.sleep(0.002)  # long enough that the client reads the first piece alone
         await resp.write(event[half:])
+
+
+def answer(body: dict, chat: bool, n: int, wrong: bool = False) -> dict:
+    """The greedy answer to an unstreamed request: tokens and log-probabilities drawn from the
+    prompt alone (so every correct server gives the same), with the top log-probabilities the
+    request asks for, in the completions or chat response shape."""
+    prompt = body.get("messages") if chat else body["prompt"]
+    seed = zlib.crc32(json.dumps(prompt, sort_keys=True).encode()) + (7 if wrong else 0)
+    tokens = [f" w{(seed + 3 * k) % 97}" for k in range(n)]
+    logprobs = [-((seed + k) % 5) / 10 for k in range(n)]
+    top = [{t: lp, " alt": lp - 1.0} for t, lp in zip(tokens, logprobs, strict=True)]
+    asked = body.get("top_logprobs") if chat else body.get("logprobs")
+    if chat:
+        content = [{"token": t, "logprob": lp, "bytes": None,
+                    "top_logprobs": [{"token": k, "logprob": v, "bytes": None}
+                                     for k, v in alt.items()]}
+                   for t, lp, alt in zip(tokens, logprobs, top, strict=True)]
+        choice = {"index": 0, "message": {"role": "assistant", "content": "".join(tokens)},
+                  "logprobs": {"content": content} if asked else None, "finish_reason": "length"}
+        return {"id": "chat" + _ID, "object": "chat.completion", "created": _CREATED,
+                "model": "fake", "choices": [choice]}
+    choice = {"index": 0, "text": "".join(tokens), "finish_reason": "length",
+              "logprobs": {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top,
+                           "text_offset": []} if asked else None}
+    return {"id": _ID, "object": "text_completion", "created": _CREATED, "model": "fake",
+            "choices": [choice]}
 
 
 async def start(server: FakeOpenAIServer, port: int = 0) -> tuple[web.AppRunner, int]:

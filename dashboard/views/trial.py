@@ -1,5 +1,6 @@
-"""One trial: its configuration, the launch plan it ran with, one row per concurrency level and
-the server log's tail."""
+"""One trial: its configuration, the launch plan it ran with, one row per concurrency level, its
+answers against the quality gate's reference (the differing ones side by side) and the server
+log's tail."""
 
 import pandas as pd
 import streamlit as st
@@ -98,6 +99,21 @@ def render() -> None:
             st.altair_chart(ui.load_curve_chart(curves, y, height=280), width="stretch")
     else:
         st.info("No level was measured.")
+    if trial.quality is not None:
+        q = trial.quality
+        st.subheader("Quality, its answers against the study's reference")
+        cols = st.columns(4)
+        cols[0].metric("exact match", f"{q.exact_match_rate:.0%}")
+        cols[1].metric("common prefix", f"{q.common_prefix_share:.0%}")
+        cols[2].metric("logprob divergence", "–" if q.mean_logprob_divergence is None
+                       else f"{q.mean_logprob_divergence:.3g} nats")
+        cols[3].metric("gate", f"{q.gate_s:.1f} s")
+        st.caption(f"{'passed' if q.passed else 'failed'} on {q.prompts} prompts"
+                   + (f"; {q.lossless} held to exact match" if q.lossless else ""))
+        differ = dd.quality_answers(data, trial)
+        if len(differ):
+            st.markdown(f"**{len(differ)} answer(s) differ from the reference**")
+            st.dataframe(differ, hide_index=True, width="stretch")
     if trial.confirm_state is not None:
         st.subheader("Confirmation, the same configuration in a fresh server")
         st.caption(dd.confirmation_text(trial))

@@ -83,7 +83,7 @@ def _print_trials(trials, study=None) -> None:
 
 
 def _print_best(study, best, trials) -> None:
-    from tuner.report.tables import objective_usd_per_mtok, trial_measurements_frame
+    from tuner.report.tables import objective_usd_per_mtok, quality_text, trial_measurements_frame
     from tuner.search.rules import is_confirmed, met_sla
     from tuner.spec.space import describe
 
@@ -91,6 +91,8 @@ def _print_best(study, best, trials) -> None:
     out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
               f"{study.engine} {best.engine_version or ''}".rstrip())
     _print_cost(study, best, objective_usd_per_mtok(study, best))
+    if best.quality is not None:
+        out.print(f"  quality against the reference: {quality_text(best.quality)}")
     if best.load_search is not None:
         out.print(f"  load search: {best.load_search}")
     out.print(_table(trial_measurements_frame(study, best)))

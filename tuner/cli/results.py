@@ -124,7 +124,9 @@ def export(
     elif trial is None:
         picked = winner(chosen, trials)
     else:
-        picked = next((t for t in trials if t.number == trial and t.state == "complete"), None)
+        # A quality failure is refused by the export itself, with the gate's reason.
+        picked = next((t for t in trials if t.number == trial and (
+            t.state == "complete" or t.failure_kind == "quality")), None)
         if picked is None:
             raise BadInput(f"--trial {trial}: no complete trial with that number in study "
                            f"{chosen.name}")

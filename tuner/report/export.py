@@ -34,7 +34,8 @@ from tuner.store.records import LevelMeasurement
 #   front: the level exported, and the target it was picked for); nothing else changed.
 # 5 added `price` (the device-hour price the costs rest on), objective.usd_per_mtok, and
 #   `usd_per_mtok` in each level of `measurements` and `confirmation.measurements` (USD per
-#   million output tokens, tuner.search.cost); nothing else changed.
+#   million output tokens, tuner.search.cost), and `quality` (the trial's answers against the
+#   study's reference, its quality gate); nothing else changed.
 SCHEMA_VERSION = 5
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
@@ -109,6 +110,21 @@ class ConfirmationInfo(_Model):
     measurements: list[dict[str, Any]]
 
 
+class QualityInfo(_Model):
+    """The trial's answers to the quality gate's prompts against its study's reference (only a
+    trial that passed is ever exported)."""
+
+    passed: bool
+    prompts: int
+    exact_match_rate: float  # 0..1
+    common_prefix_share: float  # mean share of each reference answer repeated, 0..1
+    mean_common_prefix: float  # tokens
+    mean_logprob_divergence: float | None  # nats; None where the engine gave no logprobs
+    lossless: str | None  # the lossless feature held to exact match
+    task_accuracy: float | None  # of the spec's task checks; None: none
+    gate_s: float  # the gate's time on the trial's server
+
+
 class ExportRecord(_Model):
     schema_version: Literal[5] = SCHEMA_VERSION
     study: str
@@ -123,6 +139,7 @@ class ExportRecord(_Model):
     measurements: list[dict[str, Any]]  # the first run
     confirmation: ConfirmationInfo | None  # None: never confirmed
     price: PriceInfo | None  # None: no price for the GPU type (set hardware.gpu_hour_usd)
+    quality: QualityInfo | None  # None: the study ran without the quality gate
     launch: LaunchInfo
     provenance: Provenance
 
@@ -150,6 +167,25 @@ def _price(study: StudyRecord, trial: TrialRecord) -> PriceInfo | None:
     return PriceInfo(usd_per_device_hour=price.usd_per_hour, devices=trial.gpus,
                      usd_per_server_hour=server_hour, source=price.source,
                      example=price.example)
+
+
+def _quality(trial: TrialRecord) -> QualityInfo | None:
+    q = trial.quality
+    if q is None:
+        return None
+    return QualityInfo(passed=q.passed, prompts=q.prompts, exact_match_rate=q.exact_match_rate,
+                       common_prefix_share=q.common_prefix_share,
+                       mean_common_prefix=q.mean_common_prefix,
+                       mean_logprob_divergence=q.mean_logprob_divergence, lossless=q.lossless,
+                       task_accuracy=q.task_accuracy, gate_s=q.gate_s)
+
+
+def check_quality(trial: TrialRecord) -> None:
+    """A trial whose answers failed the quality gate is never exported, whatever is asked."""
+    if trial.quality is not None and not trial.quality.passed:
+        raise BadInput(f"export of trial {trial.number} refused: it failed the quality gate "
+                       f"({trial.quality.reason}): export a trial that passed it (`tuner best` "
+                       "names the winner)")
 
 
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
@@ -184,6 +220,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
         workload=spec["workload"], sla=spec["sla"],
         measurements=_levels(trial.measurements, server_hour),
         confirmation=_confirmation(trial, server_hour), price=_price(study, trial),
+        quality=_quality(trial),
         launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
                           config_file=config_file, config=yaml.safe_load(config_text)),
         provenance=Provenance(
@@ -218,6 +255,7 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
         if f not in allowed:
             raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
                            f"use one of {', '.join(allowed)}")
+    check_quality(trial)
     record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
     check_invariants(record, get_adapter(study.engine))
     k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None

@@ -11,7 +11,7 @@ from tuner.search.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per
 from tuner.search.rules import best_level, study_sla, winner
 from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
-from tuner.store.records import LevelMeasurement
+from tuner.store.records import LevelMeasurement, QualityCheck
 
 # The column of a trial's objective, in the CLI's tables and the dashboard's alike.
 TOK_GPU = "tok/s/GPU"
@@ -21,6 +21,21 @@ LOAD_AT_SLA = "load at SLA"
 USD_MTOK = "USD/Mtok"
 # The per-user decode speed 90% of a level's requests reach.
 USER_P90 = "tok/s/user p90"
+# The trial's answers against the study's reference (the quality gate).
+QUALITY = "quality"
+
+
+def quality_text(q: QualityCheck | None) -> str | None:
+    """A trial's quality figures in one cell, as every table and `tuner best` write them: the
+    verdict, exact-match rate, common prefix, logprob divergence, task accuracy (with task
+    checks) and the gate's seconds."""
+    if q is None:
+        return None
+    d = q.mean_logprob_divergence
+    return (f"{'passed' if q.passed else 'FAILED'}: exact {q.exact_match_rate:.0%}, prefix "
+            f"{q.common_prefix_share:.0%}" + ("" if d is None else f", logprob Δ {d:.2g}")
+            + ("" if q.task_accuracy is None else f", tasks {q.task_accuracy:.0%}")
+            + f", gate {q.gate_s:.1f} s")
 
 
 def _params_text(params: dict) -> str:
@@ -45,14 +60,16 @@ def load_at_sla(t: TrialRecord) -> float | None:
 
 def trial_row(t: TrialRecord) -> dict[str, Any]:
     """The cells every trials table shows, each written here once: trial, state, config, the
-    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the highest load that met
-    it (`load at SLA`), GPUs, failure kind and reason."""
+    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the quality gate's figures
+    (`quality`), the highest load that met it (`load at SLA`), GPUs, failure kind and
+    reason."""
     return {
         "trial": t.number,
         "state": t.state,
         "config": _params_text(t.params),
         TOK_GPU: t.objective,
         "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
+        QUALITY: quality_text(t.quality),
         LOAD_AT_SLA: load_at_sla(t),
         "GPUs": t.gpus,
         "failure": t.failure_kind,
@@ -78,7 +95,7 @@ def objective_usd_per_mtok(study: StudyRecord, t: TrialRecord) -> float | None:
 
 def trials_frame(trials: list[TrialRecord], study: StudyRecord | None = None) -> pd.DataFrame:
     """What `tuner status` prints: trial, state, config, tok/s/GPU, with the study the USD per
-    million output tokens at the same level, SLA, load at SLA, gpus, reason."""
+    million output tokens at the same level, SLA, quality, load at SLA, gpus, reason."""
     rows = []
     for t in trials:
         row = trial_row(t)
@@ -87,6 +104,7 @@ def trials_frame(trials: list[TrialRecord], study: StudyRecord | None = None) ->
     cost_column = [] if study is None else [USD_MTOK]
     # object dtype keeps ints as ints and None as None (no float coercion for display)
     return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, *cost_column, "SLA",
+                                       QUALITY,
                                        LOAD_AT_SLA, "gpus", "reason"], dtype=object)
 
 

@@ -31,7 +31,7 @@ warnings.filterwarnings("ignore", message=r"Argument ``(multivariate|group)`` is
                         category=optuna.exceptions.ExperimentalWarning)
 
 # Parts of a spec that define what is measured: a resumed study must not change them.
-_DEFINING = ("model", "engine", "hardware", "workload", "sla", "objective")
+_DEFINING = ("model", "engine", "hardware", "workload", "sla", "objective", "quality")
 
 
 def optuna_storage(url: str, budget: BudgetSpec | None = None,

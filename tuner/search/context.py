@@ -18,6 +18,7 @@ from typing import Any
 
 from tuner.measure.prompt_file import PromptFileError, read_prompt_file
 from tuner.measure.prompts import longest, sweep_prompts
+from tuner.measure.quality_tasks import read_tasks, task_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
@@ -33,7 +34,7 @@ from tuner.spec.space import (
     shape_by_name,
 )
 from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
-from tuner.store import Store, StoreError, mask_url
+from tuner.store import QualityReference, Store, StoreError, mask_url
 
 HOST = "127.0.0.1"
 Say = Callable[[str], None]
@@ -61,6 +62,8 @@ class StudyContext:
     # Who runs the study, when several may (a `tuner worker`): the sampler's seed is derived from
     # the spec's and this, so workers on one study do not all propose the same configuration.
     worker: str | None = None
+    # The quality gate's reference answers, once the loop has them (None: not yet, or gate off).
+    reference: QualityReference | None = None
 
     @property
     def sampler_seed(self) -> int | None:
@@ -108,6 +111,21 @@ def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> 
         )
 
 
+def check_quality(spec: StudySpec, adapter: EngineAdapter) -> None:
+    """The quality gate's reference configuration is one the engine can express, and its task
+    file (if any) can be read and sent on the workload's API."""
+    unknown = sorted(set(spec.quality.reference or {}) - adapter.supported_parameters)
+    if unknown:
+        raise BadInput(f"quality.reference: {adapter.name} has no parameter {', '.join(unknown)}: "
+                       f"use canonical names ({', '.join(sorted(adapter.supported_parameters))})")
+    tasks = spec.quality.tasks
+    if tasks is not None:
+        try:
+            task_prompts(read_tasks(Path(tasks.file), tasks.match), spec.workload.api)
+        except PromptFileError as e:
+            raise BadInput(f"quality.tasks.file: {e}") from e
+
+
 def check_prompt_file(spec: StudySpec) -> None:
     """A bad prompt file fails before anything starts, naming its line (the tokenizer's pick
     comes later, once the model is there)."""
@@ -144,6 +162,11 @@ def check_lengths(spec: StudySpec, shape: ModelShape) -> None:
         raise BadInput(f"workload.input_len + output_len: a request needs up to {need:,} tokens "
                        f"and the model's context holds {context:,} (max_position_embeddings): "
                        "lower input_len or output_len")
+    q = spec.quality
+    gate = (w.input_len if w.prompt_source == "file" else q.input_len) + q.max_tokens
+    if q.enabled and isinstance(context, int) and gate > context:
+        raise BadInput(f"quality.input_len + max_tokens: a quality prompt needs up to {gate:,} "
+                       f"tokens and the model's context holds {context:,}: lower them")
 
 
 def check_connections(spec: StudySpec) -> None:
@@ -231,6 +254,7 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     gpu = gpu_type(spec.hardware.gpu_type)
     adapter = get_adapter(spec.engine.name)
     check_space(spec, space, adapter)
+    check_quality(spec, adapter)
     check_prompt_file(spec)
     check_connections(spec)
     inventory = bind_ranks(_inventory(spec, devices), spec.hardware.cores_per_rank,

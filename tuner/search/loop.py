@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 
 from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
 from tuner.search.context import StudyContext
+from tuner.search.quality_gate import ensure_reference
 from tuner.search.recovery import reap_stale, recover
 from tuner.search.rules import config_key, settled
 from tuner.search.trial import TrialResult, run_trial
@@ -146,6 +147,9 @@ def run_study(ctx: StudyContext, n_trials: int,
                 # configuration that can launch.
                 study.enqueue_trial(rng.choice(untried))
                 idle = 0
+            if ctx.reference is None and ctx.spec.quality.enabled:
+                # Before this run's first trial, while its devices are all free.
+                ctx.reference = ensure_reference(ctx)
             trial = study.ask()
             params = ctx.space.sample(trial)
             key = config_key(params)

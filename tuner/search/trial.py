@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ from tuner.search.bridge import (
 )
 from tuner.search.context import HOST, StudyContext
 from tuner.search.load_search import Bounds, most_levels, next_load, outcome
+from tuner.search.quality_gate import check as quality_check
+from tuner.search.quality_gate import check_line
 from tuner.search.recovery import this_process, worker_id
 from tuner.search.rules import (
     config_key,
@@ -52,7 +54,7 @@ from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
-from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement
+from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement, QualityCheck
 
 
 @dataclass
@@ -65,6 +67,7 @@ class TrialResult:
     failure_kind: str | None = None
     failure_reason: str | None = None
     measurements: list[LevelMeasurement] = field(default_factory=list)
+    quality: QualityCheck | None = None
 
 
 
@@ -298,7 +301,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         trial, plan.gpus, incumbent_floor(ctx.store.trials(ctx.name), ctx.spec.sla.to_sla()))
     try:
         engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check,
-                                           sweep=sweep)
+                                           sweep=sweep, gate=_gate(ctx, params, result))
         skipped = skipped_levels(ctx, levels)
         sla = ctx.spec.sla.to_sla()
         value, best, meets = objective(levels, sla)
@@ -309,6 +312,11 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
             ctx.say(f"  pruned: {result.failure_reason}")
         trial.set_user_attr("best_concurrency", best.concurrency)
         trial.set_user_attr("meets_sla", meets)
+        if result.quality is not None and not result.quality.passed:
+            # Fast but wrong: its figures are kept, and it is told to the sampler as a failure.
+            result.state, result.failure_kind = "failed", "quality"
+            result.failure_reason = result.quality.reason
+            ctx.say(f"  failed (quality): {result.failure_reason}")
     except LaunchFailure as f:
         result.failure_kind, result.failure_reason = f.kind, f.reason
         ctx.say(f"  failed ({f.kind}): {f.reason}")
@@ -337,6 +345,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         failure_kind=result.failure_kind, failure_reason=result.failure_reason,
         log_tail=log_tail, engine_version=engine_version, measurements=levels,
         skipped_levels=skipped, load_at_sla=load_at_sla, load_search=searched,
+        quality=result.quality,
     )
     if result.state == "complete":
         tell_measured(study, trial, pareto_values(levels, sla) if ctx.spec.objective.pareto
@@ -350,6 +359,21 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     else:
         tell_unusable(study, trial, "failed", result.failure_kind, result.failure_reason)
     return result
+
+
+def _gate(ctx: StudyContext, params: dict[str, Any],
+          result: TrialResult) -> Callable[[LaunchPlan], None] | None:
+    """The quality gate on a trial's live server, its check kept on `result`; None when the
+    study has no reference (the gate is off)."""
+    reference = ctx.reference
+    if reference is None:
+        return None
+
+    def run(served: LaunchPlan) -> None:
+        result.quality = quality_check(ctx, served, params, reference)
+        ctx.say(check_line(result.quality))
+
+    return run
 
 
 def _pruned_reason(best: LevelMeasurement, floor: float | None) -> str:
@@ -380,10 +404,12 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
                       levels: list[LevelMeasurement],
-                      cut_short: IncumbentCheck | None = None, *, sweep: Sweep) -> str | None:
+                      cut_short: IncumbentCheck | None = None, *, sweep: Sweep,
+                      gate: Callable[[LaunchPlan], None] | None = None) -> str | None:
     """One serving run: start the server, wait until ready, measure `sweep` into `levels`,
-    judge it. Returns the engine's version; raises LaunchFailure when the run failed, and lets an
-    interrupt through. Whatever happens, the server is stopped and recorded as stopped.
+    judge it, then (a trial's run that did not fail) let `gate`, the quality gate, ask the same
+    live server. Returns the engine's version; raises LaunchFailure when the run failed, and lets
+    an interrupt through. Whatever happens, the server is stopped and recorded as stopped.
 
     A trial and its confirmation in a fresh server both run through here, so they measure alike.
     """
@@ -405,6 +431,10 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
         failure = _verdict(ctx, server, levels, deadline, sweep)
         if failure:
             raise failure
+        if gate is not None:
+            gate(plan)
+            if not server.alive():
+                raise server.failure()
         return engine_version
     finally:
         if server.proc is not None:

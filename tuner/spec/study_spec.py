@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tuner.spec.quality_spec import QualitySpec
 from tuner.spec.sla import SLA
 from tuner.spec.yamlio import load_model, read_yaml
 
@@ -377,6 +378,7 @@ class StudySpec(_Strict):
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     budget: BudgetSpec
+    quality: QualitySpec = Field(default_factory=QualitySpec)
     storage: str | None = Field(None, description=f"Database URL; default {DEFAULT_STORAGE}.")
     runs_dir: str = Field("tuner-runs", description="Where trial logs and files are written.")
 
@@ -388,6 +390,12 @@ def load_spec(path: Path) -> StudySpec:
         # Relative to the spec, like search_space, so a spec and its data travel together.
         absolute = str((path.parent / w.prompt_file).resolve())
         spec = spec.model_copy(update={"workload": w.model_copy(update={"prompt_file": absolute})})
+    tasks = spec.quality.tasks
+    if tasks is not None and not Path(tasks.file).is_absolute():
+        absolute = str((path.parent / tasks.file).resolve())
+        quality = spec.quality.model_copy(update={"tasks": tasks.model_copy(
+            update={"file": absolute})})
+        spec = spec.model_copy(update={"quality": quality})
     return spec
 
 

@@ -1,8 +1,9 @@
 """The study database: tuner's records beside Optuna's tables in one database.
 
 `bootstrap` opens and checks a database and migrates its schema; `repository` is the `Store` of
-studies, trials, measurements, predictions and servers; `records` holds the plain records it
-returns (and the budget rule); `rows` converts between rows and records.
+studies, trials, measurements, predictions, servers and quality references and checks; `records`
+holds the plain records it returns (and the budget rule); `rows` converts between rows and
+records.
 
 This package may import only `db`, `tuner.spec`, `tuner` itself and third-party libraries.
 """
@@ -12,6 +13,8 @@ from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.records import (
     LevelMeasurement,
     PredictionRecord,
+    QualityCheck,
+    QualityReference,
     ServerRecord,
     StudyRecord,
     TrialRecord,
@@ -19,5 +22,5 @@ from tuner.store.records import (
 from tuner.store.repository import Store
 
 __all__ = ["BudgetSpent", "ConfigurationTaken", "LevelMeasurement", "PredictionRecord",
-           "ServerRecord", "Store", "StoreError", "StudyRecord", "TrialRecord", "mask_url",
-           "sqlite_file"]
+           "QualityCheck", "QualityReference", "ServerRecord", "Store", "StoreError",
+           "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]

@@ -179,6 +179,45 @@ class TrialRecord:
     # Both None for a fixed sweep. Its curve is `measurements`, in the order measured.
     load_at_sla: float | None = None
     load_search: str | None = None
+    # Its answers to the quality gate's prompts against the study's reference; None: not checked.
+    quality: QualityCheck | None = None
+
+
+@dataclass
+class QualityCheck:
+    """A trial's answers to the quality gate's prompts against its study's reference, and the
+    figures they give (`tuner.measure.quality`). `answers` are `Answer.to_dict()`s."""
+
+    passed: bool
+    prompts: int
+    exact_match_rate: float  # answers equal to the reference's, 0..1
+    mean_common_prefix: float  # tokens repeated before the first difference, per answer
+    common_prefix_share: float  # that prefix as a share of the reference answer, mean, 0..1
+    mean_logprob_divergence: float | None  # nats; None where the engine gave no logprobs
+    gate_s: float  # the gate's own time on the trial's server
+    answers: list[dict[str, Any]]
+    lossless: str | None = None  # the lossless feature held to exact match, e.g. "x=y"
+    task_accuracy: float | None = None  # of the task checks (quality.tasks); None: none
+    reason: str | None = None  # why it failed
+    sample: str | None = None  # the first diverging answer beside the reference's
+
+
+# The quality gate's reference answers of a study: claimed (computing) by one worker, then ready.
+REFERENCE_STATES = ("computing", "ready")
+
+
+@dataclass
+class QualityReference:
+    study_name: str
+    state: str  # computing | ready
+    params: dict  # the reference configuration
+    settings: dict  # the quality spec it answered under
+    claimed_by: str  # "host pid:start time" of the worker computing it
+    claimed_at: dt.datetime
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    computed_at: dt.datetime | None = None
+    answer_s: float | None = None
+    engine_version: str | None = None
 
 
 @dataclass

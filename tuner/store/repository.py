@@ -21,9 +21,11 @@ from tuner.store import bootstrap
 from tuner.store.bootstrap import _PG_BUDGET_LOCK
 from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.predictions import Predictions
+from tuner.store.quality import QualityRows
 from tuner.store.records import (
     CONFIRM_STATES,
     LevelMeasurement,
+    QualityCheck,
     StudyRecord,
     TrialRecord,
     config_key,
@@ -35,6 +37,7 @@ from tuner.store.rows import (
     _counts_or_runs,
     _measurement_rows,
     _now,
+    _quality_check_row,
     _study_record,
     _trial_record,
     _trials_query,
@@ -44,7 +47,7 @@ from tuner.store.servers import ServerRows
 __all__ = ["Store"]
 
 
-class Store(ServerRows, Predictions):
+class Store(ServerRows, Predictions, QualityRows):
     """tuner's records in one database. Open it with `Store.open(url)`; close it when done."""
 
     @classmethod
@@ -248,10 +251,11 @@ class Store(ServerRows, Predictions):
         skipped_levels: Sequence[dict[str, Any]] = (),
         load_at_sla: float | None = None,
         load_search: str | None = None,
+        quality: QualityCheck | None = None,
     ) -> None:
         """End a running trial: its state, finish time and every measurement (a load search's
-        trial: its highest load that met the SLA, and why it ended) in one transaction, all of
-        it or none of it (the trial then stays 'running')."""
+        trial: its highest load that met the SLA, and why it ended; its quality check) in one
+        transaction, all of it or none of it (the trial then stays 'running')."""
         _check_finished_state(state)
         with self._session(f"finish trial id {trial_id}") as session:
             row = self._trial_row(session, trial_id)
@@ -272,6 +276,8 @@ class Store(ServerRows, Predictions):
             row.load_at_sla = load_at_sla
             row.load_search = load_search
             session.add_all(_measurement_rows(row.id, 0, measurements))
+            if quality is not None:
+                session.add(_quality_check_row(row.id, 0, quality))
 
     def record_confirmation(
         self,

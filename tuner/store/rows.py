@@ -17,6 +17,7 @@ from db.models import (
     TRIAL_STATES,
     MeasurementModel,
     PredictionModel,
+    QualityCheckModel,
     ServerModel,
     StudyModel,
     TrialModel,
@@ -26,6 +27,7 @@ from tuner.store.records import (
     NOT_COUNTED_FAILURES,
     LevelMeasurement,
     PredictionRecord,
+    QualityCheck,
     ServerRecord,
     StudyRecord,
     TrialRecord,
@@ -65,7 +67,8 @@ def _trials_query(study_name: str) -> Select:
         .join(TrialModel.study)
         .where(StudyModel.name == study_name)
         .order_by(TrialModel.number)
-        .options(selectinload(TrialModel.measurements))
+        .options(selectinload(TrialModel.measurements),
+                 selectinload(TrialModel.quality_checks))
     )
 
 
@@ -114,7 +117,20 @@ def _trial_record(row: TrialModel, study_name: str) -> TrialRecord:
         skipped_levels=list(row.skipped_levels or []),
         load_at_sla=row.load_at_sla,
         load_search=row.load_search,
+        quality=next((_quality_check(q) for q in row.quality_checks if q.run == 0), None),
     )
+
+
+_QUALITY_FIELDS = tuple(f.name for f in fields(QualityCheck))
+
+
+def _quality_check_row(trial_id: int, run: int, check: QualityCheck) -> QualityCheckModel:
+    return QualityCheckModel(trial_id=trial_id, run=run,
+                             **{name: getattr(check, name) for name in _QUALITY_FIELDS})
+
+
+def _quality_check(row: QualityCheckModel) -> QualityCheck:
+    return QualityCheck(**{name: getattr(row, name) for name in _QUALITY_FIELDS})
 
 
 def _measurement(row: MeasurementModel) -> LevelMeasurement:

@@ -28,6 +28,7 @@ from tuner.report.dashboard_data.cards import (
     launch_view,
     levels_frame,
     price_text,
+    quality_answers,
 )
 from tuner.report.dashboard_data.choose import (
     CHOICE_COLUMNS,
@@ -109,8 +110,7 @@ __all__ = [
     "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points", "model_name",
     "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
-    "predicted_vs_measured", "price_text", "progress_frame", "rank_studies", "read_studies",
-    "read_study", "run_dirs",
-    "sla_text", "sla_user_floor", "sort_trials", "sqlite_file", "storage_url", "summarize",
-    "trials_frame", "with_retry",
+    "predicted_vs_measured", "price_text", "progress_frame", "quality_answers", "rank_studies",
+    "read_studies", "read_study", "run_dirs", "sla_text", "sla_user_floor", "sort_trials",
+    "sqlite_file", "storage_url", "summarize", "trials_frame", "with_retry",
 ]

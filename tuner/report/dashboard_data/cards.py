@@ -16,7 +16,7 @@ from tuner.report.dashboard_data.labels import TOK_GPU, USD_MTOK, USER_P50, USER
 from tuner.report.dashboard_data.source import StudyData
 from tuner.report.dashboard_data.studies import best_of
 from tuner.report.export import write_export
-from tuner.report.tables import measurements_frame
+from tuner.report.tables import measurements_frame, quality_text
 from tuner.search import rules
 from tuner.search.cost import level_usd_per_mtok, study_price, trial_server_hour_usd
 from tuner.spec.errors import BadInput
@@ -25,7 +25,7 @@ from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["LEVEL_COLUMNS", "BestCard", "FailureGroup", "LaunchView", "best_card",
            "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame",
-           "price_text"]
+           "price_text", "quality_answers"]
 
 
 @dataclass
@@ -96,6 +96,7 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
         "confirmation": confirmation_text(trial),
         USD_MTOK: None if level is None else level_usd_per_mtok(data.study, trial, level),
         "price": price_text(data.study),
+        "quality": quality_text(trial.quality),
     }
     return BestCard(trial=trial, params=dict(trial.params), figures=figures, command=command,
                     files=files, notes=notes)
@@ -188,3 +189,28 @@ def launch_view(trial: TrialRecord) -> LaunchView | None:
     return LaunchView(command=shlex.join(plan.get("argv", [])), env=dict(plan.get("env") or {}),
                       files=dict(plan.get("files") or {}),
                       where=f"{plan.get('host')}:{plan.get('port')}")
+
+
+ANSWER_COLUMNS = ["prompt", "asked", "reference", "this trial", "same up to"]
+
+
+def quality_answers(data: StudyData, trial: TrialRecord) -> pd.DataFrame:
+    """The quality gate's answers that differ, side by side: each prompt (its number and text),
+    the reference's answer, the trial's, and how many tokens (or characters, where the engine
+    named no tokens) they share before the first difference. Empty when all match or either
+    side is missing."""
+    from tuner.measure.quality import Answer, common_prefix
+
+    if trial.quality is None or data.reference is None or not data.reference.answers:
+        return pd.DataFrame(columns=ANSWER_COLUMNS)
+    rows = []
+    pairs = zip(data.reference.answers, trial.quality.answers, strict=False)
+    for i, (r, a) in enumerate(pairs):
+        ref, got = Answer.from_dict(r), Answer.from_dict(a)
+        if got.error is None and ref.units() == got.units():
+            continue
+        asked = ref.prompt if isinstance(ref.prompt, str) else f"{len(ref.prompt)} token ids"
+        rows.append({"prompt": i, "asked": asked, "reference": ref.text,
+                     "this trial": got.text if got.error is None else f"error: {got.error}",
+                     "same up to": common_prefix(ref.units(), got.units())})
+    return pd.DataFrame(rows, columns=ANSWER_COLUMNS)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy.exc import OperationalError
 
 from tuner.spec.study_spec import DEFAULT_STORAGE
-from tuner.store import Store, StoreError, StudyRecord, TrialRecord, sqlite_file
+from tuner.store import QualityReference, Store, StoreError, StudyRecord, TrialRecord, sqlite_file
 
 __all__ = ["STORAGE_ENV", "StudyData", "data_version", "open_store", "read_studies",
            "read_study", "sqlite_file", "storage_url", "with_retry"]
@@ -76,19 +76,23 @@ def data_version(url: str, *, now: float | None = None, period_s: float = 5.0) -
 
 @dataclass
 class StudyData:
-    """One study as stored: its record and every trial, by number."""
+    """One study as stored: its record, every trial by number, and its quality gate's
+    reference answers (None: none stored)."""
 
     study: StudyRecord
     trials: list[TrialRecord]
+    reference: QualityReference | None = None
 
 
 def read_study(store: Store, name: str) -> StudyData | None:
     study = with_retry(lambda: store.get_study(name))
     if study is None:
         return None
-    return StudyData(study, with_retry(lambda: store.trials(name)))
+    return StudyData(study, with_retry(lambda: store.trials(name)),
+                     with_retry(lambda: store.reference(name)))
 
 
 def read_studies(store: Store) -> list[StudyData]:
     studies = with_retry(store.list_studies)
-    return [StudyData(s, with_retry(lambda s=s: store.trials(s.name))) for s in studies]
+    return [StudyData(s, with_retry(lambda s=s: store.trials(s.name)),
+                      with_retry(lambda s=s: store.reference(s.name))) for s in studies]

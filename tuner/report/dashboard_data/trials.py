@@ -17,7 +17,7 @@ from tuner.report.dashboard_data.labels import (
     param_value,
 )
 from tuner.report.dashboard_data.source import StudyData
-from tuner.report.tables import LOAD_AT_SLA, trial_row
+from tuner.report.tables import LOAD_AT_SLA, QUALITY, trial_row
 from tuner.search import rules
 from tuner.search.cost import level_usd_per_mtok
 from tuner.spec.space import describe
@@ -56,6 +56,7 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
             "started": local_time(t.started_at), "duration s": duration,
         })
     columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, USD_MTOK, "SLA",
+               QUALITY,
                LOAD_AT_SLA, "at c",
                "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
                CONFIRMED_TOK_GPU, "started", "duration s"]
