@@ -173,3 +173,25 @@ def test_a_task_file_that_cannot_be_read_is_refused_before_anything_runs(tmp_pat
     run = call_tuner("run", "study.yaml", cwd=d)
     assert run.code == 2 and "quality.tasks.file: prompt file" in run.stderr
     assert not (d / "tuner.db").exists()
+
+
+def test_speculation_is_held_to_exact_match_only_where_the_numerics_are_the_references():
+    from types import SimpleNamespace
+
+    from tuner.search.quality_gate import lossless_feature
+    from tuner.spec.quality_spec import QualitySpec
+
+    ctx = SimpleNamespace(spec=SimpleNamespace(quality=QualitySpec()))
+    ngram = {"speculative_method": "ngram", "num_speculative_tokens": 2, "max_batch_size": 16}
+    assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 1}) == \
+        "speculative_method=ngram"
+    assert lossless_feature(ctx, ngram) == "speculative_method=ngram"  # TP1 is the default
+    # Another rank layout or KV-cache dtype reduces and rounds otherwise: thresholds, not
+    # exact match, judge it.
+    assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 2}) is None
+    assert lossless_feature(ctx, {**ngram, "kv_cache_dtype": "fp8"}) is None
+    assert lossless_feature(ctx, {"speculative_method": "none"}) is None
+    # A reference on two ranks holds TP2 with speculation to exact match again.
+    ctx.spec.quality = QualitySpec(reference={"tensor_parallel_size": 2})
+    assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 2}) == \
+        "speculative_method=ngram"

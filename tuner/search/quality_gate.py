@@ -42,9 +42,14 @@ def reference_params(ctx: StudyContext) -> dict[str, Any]:
 
 def lossless_feature(ctx: StudyContext, params: dict[str, Any]) -> str | None:
     """The first parameter of `quality.lossless.parameters` this configuration turns on
-    (set, and not none/false, unlike the reference's), as `name=value`; None if none."""
-    reference = reference_params(ctx)
-    for name in ctx.spec.quality.lossless.parameters:
+    (set, and not none/false, unlike the reference's), as `name=value`; None if none, or if
+    the configuration's numerics differ from the reference's (`lossless.same_numerics`: its
+    rank layout or KV-cache dtype), which the exact-match rule cannot tell apart."""
+    reference, lossless = reference_params(ctx), ctx.spec.quality.lossless
+    if any(params.get(name, default) != reference.get(name, default)
+           for name, default in lossless.same_numerics.items()):
+        return None
+    for name in lossless.parameters:
         value = params.get(name)
         if value not in (None, "none", False) and value != reference.get(name):
             return f"{name}={value}"

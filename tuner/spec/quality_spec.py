@@ -25,6 +25,17 @@ class LosslessSpec(_Strict):
         1.0, ge=0, le=1, description="The share of answers such a configuration must match "
         "exactly (1: every one)."
     )
+    # A greedy answer is exact only while the arithmetic is: another rank layout reduces in
+    # another order, another KV-cache dtype rounds otherwise, and on near-ties either flips
+    # tokens the lossless feature did not. The rule holds where these equal the reference's.
+    same_numerics: dict[str, Any] = Field(
+        default_factory=lambda: {"tensor_parallel_size": 1, "data_parallel_size": 1,
+                                 "enable_expert_parallel": False, "kv_cache_dtype": "auto"},
+        description="Canonical parameters that change the numerics, each with its value when "
+        "neither the configuration nor quality.reference sets it: a configuration whose value "
+        "differs from the reference's is judged by the gate's thresholds, not held to exact "
+        "match for its lossless feature.",
+    )
 
 
 class TaskCheckSpec(_Strict):
