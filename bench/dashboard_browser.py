@@ -1,0 +1,102 @@
+"""How long the dashboard's Choose page takes in a real browser: `tuner dashboard` serving the
+5,000-trial database of bench/dashboard_load.py (SYNTHETIC BENCHMARK DATA, an H200-like and a
+B200-like study), loaded in headless Chromium (Debian's, driven by Playwright, as the browser
+tests do). Run by hand, prints a table:
+
+    .venv/bin/python bench/dashboard_browser.py [--trials 5000] [--runs 3]
+
+Each run opens a fresh page and times, from the navigation, until the winner card's value and
+the chart's drawing surface are both on the page. The first run is the server's cold one (its
+caches empty); later runs hit the page's caches as a second viewer would. The target is under
+3 s on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from dashboard_load import CHOOSE_STUDIES, _database  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"tuner dashboard exited {proc.returncode}: {log.read_text()[-1000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    sys.exit(f"tuner dashboard not ready in {timeout} s")
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trials", type=int, default=5000)
+    p.add_argument("--db", type=Path, default=Path("/tmp/tuner-dashboard-bench-choose.db"))
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args()
+    storage = _database(a.db, a.trials, False, CHOOSE_STUDIES)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = a.db.with_name(a.db.name + ".dashboard.log")
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "dashboard", "--port",
+                                 str(port)], env={**os.environ, "TUNER_STORAGE": storage},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    times = []
+    try:
+        wait_ready(url, proc, log)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for run in range(a.runs):
+                page = browser.new_page(viewport={"width": 1500, "height": 2400})
+                t0 = time.perf_counter()
+                page.goto(f"{url}/choose", timeout=120_000)
+                page.get_by_test_id("stMetricValue").first.wait_for(timeout=120_000)
+                page.locator("[data-testid='stVegaLiteChart'] canvas, "
+                             "[data-testid='stVegaLiteChart'] svg").first.wait_for(
+                                 timeout=120_000)
+                times.append(time.perf_counter() - t0)
+                print(f"run {run + 1} ({'cold' if run == 0 else 'warm'} server): "
+                      f"{times[-1]:.2f} s to the winner card and the chart", flush=True)
+                page.close()
+            browser.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+    print(f"\n{os.cpu_count()} CPUs; Choose page, {a.trials:,} synthetic trials in 2 studies, "
+          f"headless Chromium")
+    print(f"{'run':>4}  {'seconds':>8}")
+    for i, t in enumerate(times, 1):
+        print(f"{i:>4}  {t:>8.2f}")
+    print(f"cold (first) {times[0]:.2f} s, {'under' if times[0] < 3 else 'OVER'} the 3 s target")
+
+
+if __name__ == "__main__":
+    main()
