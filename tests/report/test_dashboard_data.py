@@ -389,6 +389,25 @@ def test_importance_rates_the_parameters_that_varied(url):
     assert math.isclose(sum(imp.values.values()), 1.0)
 
 
+def test_importance_never_stamps_optunas_schema_a_run_is_still_setting_up(tmp_path):
+    # `tuner run` has created Optuna's tables but not yet stamped their version: a reader
+    # that stamped it would make the run's own stamp fail (a UNIQUE constraint on
+    # alembic_version), so it explains and leaves the file as it was.
+    import hashlib
+
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    db = tmp_path / "setting-up.db"
+    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
+    models.BaseModel.metadata.create_all(engine)
+    engine.dispose()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    imp = dd.param_importances(f"sqlite:///{db}", "s")
+    assert "not set up in this database yet" in imp.note
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
 def test_importance_explains_a_study_optuna_does_not_know_or_where_nothing_varied(url):
     StudyWriter(url, "no-optuna-tables", optuna_study=False)
     assert "importance needs the Optuna study" in dd.param_importances(

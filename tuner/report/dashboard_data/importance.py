@@ -30,6 +30,10 @@ def param_importances(url: str, study_name: str) -> Importance:
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 30}
+    if not _optuna_set_up(url, kwargs):
+        return Importance({}, 0, "Optuna's study is not set up in this database yet: "
+                                 "importance needs the Optuna study that `tuner run` keeps "
+                                 "beside tuner's tables.")
     try:
         # skip_table_creation: a reader never creates Optuna's tables.
         storage = with_retry(lambda: optuna.storages.RDBStorage(
@@ -42,6 +46,27 @@ def param_importances(url: str, study_name: str) -> Importance:
         return _importances(storage, study_name)
     finally:
         storage.engine.dispose()
+
+
+def _optuna_set_up(url: str, kwargs: dict[str, Any]) -> bool:
+    """Whether Optuna has finished setting up its tables here (its schema version stamped).
+    Until then, opening an RDBStorage would stamp the version itself, even with
+    skip_table_creation: a write from a reader, and a race with the `tuner run` doing it."""
+    from sqlalchemy import create_engine, inspect, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = create_engine(url, **kwargs)
+    try:
+        with engine.connect() as connection:
+            tables = set(inspect(connection).get_table_names())
+            if not {"alembic_version", "version_info"} <= tables:
+                return False
+            stamped = connection.execute(text("SELECT count(*) FROM alembic_version")).scalar()
+            return bool(stamped)
+    except SQLAlchemyError:
+        return False
+    finally:
+        engine.dispose()
 
 
 def _importances(storage: Any, study_name: str) -> Importance:
