@@ -32,6 +32,17 @@ def run_tuner(*args: str, cwd: Path, timeout: float = 60) -> subprocess.Complete
                           timeout=timeout)
 
 
+def downloads_and_screenshot(page, shot: Path, copy: Path) -> None:
+    """The page offers the winner's three files, and its full-page screenshot (taken once the
+    charts have drawn) is kept at `copy`."""
+    for name in ("config.yaml", "launch.sh", "best.json"):
+        assert page.get_by_role("button", name=name).count() >= 1, name
+    time.sleep(1)  # let the charts finish drawing
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+    shutil.copyfile(shot, copy)
+
+
 # ---------------------------------------------------------------- refusals (fast, no server)
 
 
@@ -133,14 +144,8 @@ def test_the_study_page_shows_the_best_configuration_in_a_browser(real_study_dir
         assert f"{best.objective:,.0f}" in values
         body = page.inner_text("body")
         assert "vllm serve" in body
-        for name in ("config.yaml", "launch.sh", "best.json"):
-            assert page.get_by_role("button", name=name).count() >= 1, name
         assert "Traceback" not in body
-        time.sleep(1)  # let the charts finish drawing
-        shot = tmp_path / "study-page.png"
-        page.screenshot(path=str(shot), full_page=True)
-        assert shot.stat().st_size > 20_000
-        shutil.copyfile(shot, SCREENSHOT_COPY)
+        downloads_and_screenshot(page, tmp_path / "study-page.png", SCREENSHOT_COPY)
     finally:
         code = server.stop()
     assert code == 0, server.log.read_text()[-2000:]
@@ -196,13 +201,7 @@ def test_the_choose_page_puts_both_gpu_types_on_one_chart_with_the_winner_in_a_b
         chart.locator("canvas, svg").first.wait_for(timeout=30_000)
         body = page.inner_text("body")
         assert "Runners-up" in body and "Traceback" not in body
-        for name in ("config.yaml", "launch.sh", "best.json"):
-            assert page.get_by_role("button", name=name).count() >= 1, name
-        time.sleep(1)  # let the chart finish drawing
-        shot = tmp_path / "choose-page.png"
-        page.screenshot(path=str(shot), full_page=True)
-        assert shot.stat().st_size > 20_000
-        shutil.copyfile(shot, CHOOSE_SCREENSHOT_COPY)
+        downloads_and_screenshot(page, tmp_path / "choose-page.png", CHOOSE_SCREENSHOT_COPY)
     finally:
         code = server.stop()
     assert code == 0, server.log.read_text()[-2000:]

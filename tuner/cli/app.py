@@ -132,14 +132,13 @@ def _print_convergence(study, levels) -> None:
 def _print_cost(study, trial, usd_per_mtok: float | None) -> None:
     """One line: USD per million output tokens, and the price it rests on (an example figure
     unless the spec set hardware.gpu_hour_usd)."""
-    from tuner.search.cost import study_price
+    from tuner.search.cost import device_unit, no_price_text, study_price
 
     price = study_price(study)
     if price is None:
-        out.print(f"  no price for GPU type {study.gpu_type}: set hardware.gpu_hour_usd in the "
-                  "spec for USD per million tokens")
+        out.print(f"  {no_price_text(study.gpu_type)}")
         return
-    unit = "core" if study.gpu_type.lower() == "cpu" else "GPU"
+    unit = device_unit(study.gpu_type)
     where = ("EXAMPLE price from tuner/data/gpu_prices.csv; set hardware.gpu_hour_usd for "
              "yours" if price.example else "hardware.gpu_hour_usd")
     cost = "-" if usd_per_mtok is None else f"{usd_per_mtok:,.4g}"

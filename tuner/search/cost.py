@@ -30,6 +30,17 @@ def study_price(study: StudyRecord) -> DevicePrice | None:
     return device_price(study.gpu_type, hardware.get("gpu_hour_usd"))
 
 
+def device_unit(gpu_type: str) -> str:
+    """What a device-hour is an hour of: a CPU core on `cpu`, else a GPU."""
+    return "core" if gpu_type.lower() == "cpu" else "GPU"
+
+
+def no_price_text(gpu_type: str) -> str:
+    """Why a study has no costs, and the fix."""
+    return (f"no price for GPU type {gpu_type}: set hardware.gpu_hour_usd in the spec for USD "
+            "per million tokens")
+
+
 def server_hour_usd(device_hour_usd: Any, devices: Any) -> Any:
     """The price of one hour of a server's devices: a device-hour times the devices it runs on
     (the count its per-device figures are divided by). Numbers or pandas columns alike."""

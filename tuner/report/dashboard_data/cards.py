@@ -18,7 +18,13 @@ from tuner.report.dashboard_data.studies import best_of
 from tuner.report.export import write_export
 from tuner.report.tables import measurements_frame, quality_text
 from tuner.search import rules
-from tuner.search.cost import level_usd_per_mtok, study_price, trial_server_hour_usd
+from tuner.search.cost import (
+    device_unit,
+    level_usd_per_mtok,
+    no_price_text,
+    study_price,
+    trial_server_hour_usd,
+)
 from tuner.spec.errors import BadInput
 from tuner.spec.space import describe
 from tuner.store import StudyRecord, TrialRecord
@@ -106,9 +112,8 @@ def price_text(study: StudyRecord) -> str:
     """What the study's costs rest on, in one line: the device-hour price and where it is from."""
     price = study_price(study)
     if price is None:
-        return (f"no price for GPU type {study.gpu_type}: set hardware.gpu_hour_usd in the spec "
-                "for USD per million tokens")
-    unit = "core" if study.gpu_type.lower() == "cpu" else "GPU"
+        return no_price_text(study.gpu_type)
+    unit = device_unit(study.gpu_type)
     where = ("an EXAMPLE figure from tuner/data/gpu_prices.csv (set hardware.gpu_hour_usd for "
              f"yours): {price.source}" if price.example else "the spec's hardware.gpu_hour_usd")
     return f"priced at {price.usd_per_hour:g} USD per {unit}-hour, {where}"
