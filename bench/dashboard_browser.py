@@ -6,9 +6,11 @@ tests do). Run by hand, prints a table:
     .venv/bin/python bench/dashboard_browser.py [--trials 5000] [--runs 3]
 
 Each run opens a fresh page and times, from the navigation, until the winner card's value and
-the chart's drawing surface are both on the page. The first run is the server's cold one (its
-caches empty); later runs hit the page's caches as a second viewer would. The target is under
-3 s on a 2-core machine.
+the chart's drawing surface are both on the page. The first run is the first viewer after the
+server reported ready (`tuner dashboard` imports the pages' modules and reads the database
+before it serves); the next runs are later viewers; the last comes after the database changed
+(its modification time moved, as a study's write moves it), so every study is read again, as
+when a study is writing. The target is under 3 s on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -73,7 +75,10 @@ def main() -> None:
         wait_ready(url, proc, log)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            for run in range(a.runs):
+            runs = [*(["first viewer"] + ["later viewer"] * (a.runs - 1)), "after a write"]
+            for run, kind in enumerate(runs):
+                if kind == "after a write":
+                    os.utime(a.db)  # what a study's commit does to the version the pages key on
                 page = browser.new_page(viewport={"width": 1500, "height": 2400})
                 t0 = time.perf_counter()
                 page.goto(f"{url}/choose", timeout=120_000)
@@ -82,8 +87,8 @@ def main() -> None:
                              "[data-testid='stVegaLiteChart'] svg").first.wait_for(
                                  timeout=120_000)
                 times.append(time.perf_counter() - t0)
-                print(f"run {run + 1} ({'cold' if run == 0 else 'warm'} server): "
-                      f"{times[-1]:.2f} s to the winner card and the chart", flush=True)
+                print(f"run {run + 1} ({kind}): {times[-1]:.2f} s to the winner card and the "
+                      "chart", flush=True)
                 page.close()
             browser.close()
     finally:
@@ -92,10 +97,11 @@ def main() -> None:
             proc.wait(30)
     print(f"\n{os.cpu_count()} CPUs; Choose page, {a.trials:,} synthetic trials in 2 studies, "
           f"headless Chromium")
-    print(f"{'run':>4}  {'seconds':>8}")
-    for i, t in enumerate(times, 1):
-        print(f"{i:>4}  {t:>8.2f}")
-    print(f"cold (first) {times[0]:.2f} s, {'under' if times[0] < 3 else 'OVER'} the 3 s target")
+    print(f"{'run':>4}  {'viewer':<14}  {'seconds':>8}")
+    for i, (kind, t) in enumerate(zip(runs, times, strict=True), 1):
+        print(f"{i:>4}  {kind:<14}  {t:>8.2f}")
+    worst = max(times)
+    print(f"slowest {worst:.2f} s, {'under' if worst < 3 else 'OVER'} the 3 s target")
 
 
 if __name__ == "__main__":

@@ -86,21 +86,37 @@ def studies(storage: str, version: tuple) -> list[dd.StudyData]:
     return [d for d in datas if d is not None]
 
 
-@st.cache_resource(show_spinner=False)
-def _latest() -> dict[tuple[str, str], tuple[tuple, dd.StudyData | None]]:
-    return {}
+# (storage, study) -> (version, data): one process-wide entry per study, so every session shares
+# it and `warm` (run before the server starts, outside Streamlit's runtime) fills it too.
+_LATEST: dict[tuple[str, str], tuple[tuple, dd.StudyData | None]] = {}
 
 
 def study(storage: str, name: str, version: tuple) -> dd.StudyData | None:
     """The study as of `version`, read once per version and shared by every session. Only the
     latest version of each study is kept: a study that writes for hours does not pile up."""
-    latest = _latest()
-    hit = latest.get((storage, name))
+    hit = _LATEST.get((storage, name))
     if hit is not None and hit[0] == version:
         return hit[1]
     data = dd.read_study(_store(storage), name)
-    latest[(storage, name)] = (version, data)
+    _LATEST[(storage, name)] = (version, data)
     return data
+
+
+def warm(storage: str) -> None:
+    """Read every study once, before the first viewer asks (dashboard/serve.py). A database that
+    cannot be read is left to the page, which explains it."""
+    try:
+        store = dd.open_store(storage)
+    except StoreError:
+        return
+    try:
+        version = dd.data_version(storage)
+        for s in dd.with_retry(store.list_studies):
+            _LATEST[(storage, s.name)] = (version, dd.read_study(store, s.name))
+    except StoreError:
+        return
+    finally:
+        store.close()
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)

@@ -50,13 +50,19 @@ def render() -> None:
             dd.USER_P90: best.level.tok_s_per_user_p90,
             y: best.usd_per_mtok if by == "cost" else best.tok_s_per_gpu,
             "label": f"chosen: {best.study.name} trial {best.trial.number}"}
-        st.altair_chart(ui.choose_chart(points, y=y, target=float(target), winner=star,
+        drawn = dd.drawn_points(points, y)
+        st.altair_chart(ui.choose_chart(drawn.points, y=y, target=float(target), winner=star,
                                         log_x=log_x), width="stretch")
         studies = "1 study" if len(datas) == 1 else f"{len(datas)} studies"
+        thinned = "" if not drawn.left_out else (
+            f" Drawn: the {drawn.front:,} on each GPU type and engine's front (no level of the "
+            f"same hardware is faster per user and as good on the y axis) and an even sample of "
+            f"{drawn.sampled:,} of the other {drawn.sampled + drawn.left_out:,}; the ranking "
+            "and its table use every level.")
         st.caption(f"{ui.plural(len(points), 'measured level')} of {studies}, first runs; "
                    "filled: the level met its study's SLA. The dashed line is the per-user "
                    "target; the diamond is the chosen level (a confirmed study's "
-                   "choice rests on its confirmations).")
+                   "choice rests on its confirmations)." + thinned)
 
     if best is None:
         st.warning(ranking.reason or "No configuration meets the targets.")

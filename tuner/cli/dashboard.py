@@ -51,7 +51,8 @@ def dashboard(
         except OSError as e:
             raise BadInput(f"--port {port} on {address} cannot be used ({e.strerror}): stop "
                            "what holds it or pass another --port") from e
-    command = [sys.executable, "-m", "streamlit", "run", str(app_path),
+    # serve.py runs Streamlit after importing and reading what the first page needs.
+    command = [sys.executable, str(app_path.with_name("serve.py")), str(app_path),
                "--server.headless", "true", "--server.address", address,
                "--server.port", str(port), "--server.fileWatcherType", "none",
                "--server.runOnSave", "false", "--browser.gatherUsageStats", "false",

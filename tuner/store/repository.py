@@ -39,8 +39,7 @@ from tuner.store.rows import (
     _now,
     _quality_check_row,
     _study_record,
-    _trial_record,
-    _trials_query,
+    _trial_records,
 )
 from tuner.store.servers import ServerRows
 
@@ -313,19 +312,16 @@ class Store(ServerRows, Predictions, QualityRows):
     def trials(self, study_name: str) -> list[TrialRecord]:
         """Every trial of the study by number (none for an unknown study)."""
         with self._session(f"read trials of study {study_name!r}") as session:
-            rows = session.scalars(_trials_query(study_name))
-            return [_trial_record(row, study_name) for row in rows]
+            return _trial_records(session, study_name)
 
     def trial(self, study_name: str, number: int) -> TrialRecord | None:
         with self._session(f"read trial {number} of study {study_name!r}") as session:
-            query = _trials_query(study_name).where(TrialModel.number == number)
-            row = session.scalars(query).one_or_none()
-            return None if row is None else _trial_record(row, study_name)
+            found = _trial_records(session, study_name, TrialModel.number == number)
+            return found[0] if found else None
 
     def running_trials(self, study_name: str) -> list[TrialRecord]:
         with self._session(f"read running trials of study {study_name!r}") as session:
-            rows = session.scalars(_trials_query(study_name).where(TrialModel.state == "running"))
-            return [_trial_record(row, study_name) for row in rows]
+            return _trial_records(session, study_name, TrialModel.state == "running")
 
     # -- internals ----------------------------------------------------------------------------
 

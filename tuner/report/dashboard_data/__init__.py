@@ -31,11 +31,14 @@ from tuner.report.dashboard_data.cards import (
     quality_answers,
 )
 from tuner.report.dashboard_data.choose import (
+    CHART_LIMIT,
     CHOICE_COLUMNS,
     GAP,
     HARDWARE,
+    Drawn,
     Ranking,
     choice_points,
+    drawn_points,
     rank_studies,
 )
 from tuner.report.dashboard_data.curves import CURVE_COLUMNS, LoadCurves, load_curves
@@ -100,15 +103,15 @@ from tuner.search.choose import BY, Targets  # the Choose page's inputs, as `tun
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
 
 __all__ = [
-    "BY", "CHOICE_COLUMNS", "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "GAP", "HARDWARE",
+    "BY", "CHART_LIMIT", "CHOICE_COLUMNS", "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "GAP", "HARDWARE",
     "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS", "PVM_COLUMNS", "STATES", "STORAGE_ENV",
-    "TOK_GPU", "USD_MTOK", "USER_P50", "USER_P90", "BestCard", "FailureGroup", "Importance",
-    "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking", "StudyData",
-    "StudySummary", "Targets", "best_card", "best_of", "choice_points",
+    "TOK_GPU", "USD_MTOK", "USER_P50", "USER_P90", "BestCard", "Drawn", "FailureGroup",
+    "Importance", "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking",
+    "StudyData", "StudySummary", "Targets", "best_card", "best_of", "choice_points",
     "compare_frame", "compare_points", "confirmation_text", "data_version", "describe",
-    "export_files", "failure_groups", "filter_trials", "launch_view", "levels_frame",
-    "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points", "model_name",
-    "open_store", "option_order", "overview_frame", "page_url", "param_columns",
+    "drawn_points", "export_files", "failure_groups", "filter_trials", "launch_view",
+    "levels_frame", "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points",
+    "model_name", "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
     "predicted_vs_measured", "price_text", "progress_frame", "quality_answers", "rank_studies",
     "read_studies", "read_study", "run_dirs", "sla_text", "sla_user_floor", "sort_trials",
