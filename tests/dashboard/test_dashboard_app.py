@@ -195,7 +195,7 @@ def test_study_page_shows_the_best_configuration_to_take_away(monkeypatch, tmp_p
     page = text(at)
     assert "Best configuration · trial 2" in page
     assert "`tp=1` `ep=off` `batch=4`" in page
-    assert any("vllm serve" in c.value for c in at.code)
+    assert any("vllm serve" in h.value for h in at.html)
     assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
     assert charts(at) >= 2  # the Pareto chart and the progress chart
     assert "2 on the Pareto front" in page and "SLA's per-user floor" in page
@@ -452,7 +452,7 @@ def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
         str(counts["complete"]), str(counts["failed"]), str(counts["infeasible"]))
     assert f"Best configuration · trial {best.number}" in text(at)
     assert {"config.yaml", "launch.sh", "best.json"} <= {b.label for b in at.download_button}
-    assert any("vllm serve" in c.value for c in at.code)
+    assert any("vllm serve" in h.value for h in at.html)
     assert charts(at) >= 2
     for tab in STUDY_TABS:
         show_tab(at, tab)
