@@ -138,8 +138,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model):
+def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model, tmp_path):
     """What a deploy pipeline does: `vllm serve MODEL --config config.yaml`, then a request."""
+    import urllib.error
     import urllib.request
 
     export = study_dir / "tuner-exports" / "test-study"
@@ -147,14 +148,20 @@ def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model):
     port = _free_port()
     vllm = os.path.join(os.path.dirname(os.sys.executable), "vllm")
     env = {**os.environ, **record["launch"]["env"]}
-    server = subprocess.Popen(
-        [vllm, "serve", str(tiny_model), "--config", str(export / "config.yaml"),
-         "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "vllm-serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [vllm, "serve", str(tiny_model), "--config", str(export / "config.yaml"),
+             "--host", "127.0.0.1", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def tail() -> str:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-60:])
+
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            assert server.poll() is None, "vllm serve exited with the exported config"
+            assert server.poll() is None, f"vllm serve exited with the exported config:\n{tail()}"
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
                 break
@@ -164,7 +171,11 @@ def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model):
                            "max_tokens": 8}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-        reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        try:
+            reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
+        except urllib.error.HTTPError as e:
+            pytest.fail(f"HTTP {e.code} {e.read()[:500]!r} from the exported config's server:\n"
+                        f"{tail()}")
         assert reply["usage"]["completion_tokens"] == 8
         assert reply["choices"][0]["text"]
     finally:

