@@ -21,8 +21,8 @@ __all__ = ["CHART_LIMIT", "CHOICE_COLUMNS", "GAP", "HARDWARE", "Drawn", "Ranking
 # One colour per GPU type and engine.
 HARDWARE = "GPU · engine"
 # The most marks the Choose chart draws: a browser on 2 cores takes about 1.5 s to draw the
-# 18,000 levels of 5,000 trials, and about 0.2 s to draw 2,000 (bench/dashboard_browser.py).
-CHART_LIMIT = 2000
+# 18,000 levels of 5,000 trials, and a few tenths to draw 1,000 (bench/dashboard_browser.py).
+CHART_LIMIT = 1000
 
 
 def choice_points(frames: list[pd.DataFrame]) -> pd.DataFrame:
