@@ -183,6 +183,29 @@ def test_levels_above_one_that_missed_a_latency_target_are_skipped_and_say_why(t
     ctx.store.close()
 
 
+def test_levels_above_one_that_ran_the_full_batch_are_skipped_and_say_why(tmp_path):
+    # Past max batch x ranks, more clients only wait for a batch slot: the same throughput,
+    # with the queue in every TTFT.
+    ctx = landscape_study(tmp_path, {"default": {"ttft_s": 0.005, "itl_s": 0.001}}, [4, 16],
+                          n_trials=2, concurrency=(2, 4, 8, 16))
+    study = load_or_create_study(ctx)
+    for batch in (4, 16):
+        study.enqueue_trial({"max_batch_size": batch})
+
+    loop.run_study(ctx, n_trials=2)
+
+    trials = {t.params["max_batch_size"]: t for t in ctx.store.trials(ctx.name)}
+    small, large = trials[4], trials[16]
+    assert small.state == "complete"
+    assert [m.concurrency for m in small.measurements] == [2, 4]
+    assert [(s["level"], s["concurrency"]) for s in small.skipped_levels] == [(2, 8), (3, 16)]
+    assert all("c=4 already ran this configuration's full batch (max batch x ranks: 4 in "
+               "flight)" in s["reason"] for s in small.skipped_levels)
+    assert [m.concurrency for m in large.measurements] == [2, 4, 8, 16]
+    assert large.skipped_levels == []
+    ctx.store.close()
+
+
 def test_a_trial_clearly_below_the_incumbent_stops_its_rounds_and_is_pruned(tmp_path):
     # max-num-seqs 16 streams forty times faster than 4; 16 runs first and is the incumbent.
     landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.02},

@@ -135,6 +135,7 @@ class Sweep:
     levels: list[Level]
     search: Bounds | None
     cap: int
+    most: int | None = None  # the most requests the configuration runs at once, if known
 
     def history(self, levels: list[LevelMeasurement]) -> list[tuple[float, bool]]:
         """The measured levels as the search reads them: (load, met the SLA)."""
@@ -183,7 +184,7 @@ def sweep_for(ctx: StudyContext, params: dict[str, Any]) -> Sweep:
         rates = w.request_rates if w.arrival == "poisson" else None
         levels = ([(cap, r) for r in rates] if rates is not None
                   else [(c, None) for c in w.concurrency])
-        return Sweep(levels, None, cap)
+        return Sweep(levels, None, cap, most)
     s = w.search
     if w.arrival == "poisson":
         bounds = Bounds("rate", s.start, s.max, s.resolution,
@@ -197,19 +198,30 @@ def sweep_for(ctx: StudyContext, params: dict[str, Any]) -> Sweep:
     return Sweep([], bounds, cap)
 
 
-def skipped_levels(ctx: StudyContext, levels: list[LevelMeasurement]) -> list[dict[str, Any]]:
-    """The levels after a sweep's last one that it does not measure because that one missed a
-    latency target (`rules.latency_miss`), each with why; none when the last level did not,
-    and none for a load search (a miss closes its bracket instead)."""
+def skipped_levels(ctx: StudyContext, sweep: Sweep,
+                   levels: list[LevelMeasurement]) -> list[dict[str, Any]]:
+    """The levels of a fixed sweep after its last measured one that it does not measure, each
+    with why: every one when that level missed a latency target (`rules.latency_miss`: a higher
+    load cannot meet it), or, in a closed loop, every one once a measured level ran the
+    configuration's full batch (concurrency at least `sweep.most`, max batch x ranks): a higher
+    one adds only requests waiting for a batch slot, so the same throughput with a longer TTFT.
+    None for a load search (a miss closes its bracket, and max batch x ranks bounds it)."""
     w = ctx.spec.workload
-    if w.auto:
-        return []
-    why = latency_miss(levels[-1], ctx.spec.sla.to_sla()) if levels else None
-    if why is None:
+    if w.auto or not levels:
         return []
     rates = w.request_rates if w.arrival == "poisson" else None
-    where = (f"{levels[-1].request_rate:g} req/s" if rates else f"c={levels[-1].concurrency}")
-    reason = f"not measured: {where} missed its {why}, and a higher load cannot meet it"
+    why = latency_miss(levels[-1], ctx.spec.sla.to_sla())
+    full = next((m for m in levels if sweep.most is not None and m.concurrency >= sweep.most),
+                None)
+    if why is not None:
+        where = (f"{levels[-1].request_rate:g} req/s" if rates else f"c={levels[-1].concurrency}")
+        reason = f"not measured: {where} missed its {why}, and a higher load cannot meet it"
+    elif full is not None and rates is None:
+        reason = (f"not measured: c={full.concurrency} already ran this configuration's full "
+                  f"batch (max batch x ranks: {sweep.most} in flight); more would only wait "
+                  "for a batch slot")
+    else:
+        return []
     return [{"level": i, "concurrency": max(w.concurrency) if rates else w.concurrency[i],
              "request_rate": rates[i] if rates else None, "reason": reason}
             for i in range(len(levels), w.level_count)]
@@ -258,7 +270,7 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
     def stop() -> bool:
         last = levels[-1] if levels else None
         not_serving = last is not None and last.requests > 0 and last.errors == last.requests
-        return (not_serving or bool(skipped_levels(ctx, levels)) or not server.alive()
+        return (not_serving or bool(skipped_levels(ctx, sweep, levels)) or not server.alive()
                 or time.monotonic() > deadline or ctx.stop.is_set())
 
     run_sweep(
@@ -302,7 +314,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     try:
         engine_version = serve_and_measure(ctx, server, plan, trial_id, levels, check,
                                            sweep=sweep, gate=_gate(ctx, params, result))
-        skipped = skipped_levels(ctx, levels)
+        skipped = skipped_levels(ctx, sweep, levels)
         sla = ctx.spec.sla.to_sla()
         value, best, meets = objective(levels, sla)
         result.state, result.objective, result.meets_sla = "complete", value, meets
@@ -459,7 +471,7 @@ def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasure
         return server.failure("request_errors", f"every request failed at c={dead[0].concurrency}: "
                               f"{dead[0].error_sample}")
     unfinished = (sweep.unfinished(levels) if sweep.search is not None
-                  else len(levels) + len(skipped_levels(ctx, levels)) < len(sweep.levels))
+                  else len(levels) + len(skipped_levels(ctx, sweep, levels)) < len(sweep.levels))
     if unfinished:
         if time.monotonic() > deadline:
             limit = ctx.spec.budget.trial_timeout_s
