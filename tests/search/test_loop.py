@@ -188,6 +188,8 @@ def test_levels_above_one_that_ran_the_full_batch_are_skipped_and_say_why(tmp_pa
     # with the queue in every TTFT.
     ctx = landscape_study(tmp_path, {"default": {"ttft_s": 0.005, "itl_s": 0.001}}, [4, 16],
                           n_trials=2, concurrency=(2, 4, 8, 16))
+    said: list[str] = []
+    ctx.say = said.append
     study = load_or_create_study(ctx)
     for batch in (4, 16):
         study.enqueue_trial({"max_batch_size": batch})
@@ -203,6 +205,7 @@ def test_levels_above_one_that_ran_the_full_batch_are_skipped_and_say_why(tmp_pa
                "flight)" in s["reason"] for s in small.skipped_levels)
     assert [m.concurrency for m in large.measurements] == [2, 4, 8, 16]
     assert large.skipped_levels == []
+    assert any(line.strip().startswith("c=8, c=16 not measured: c=4 already ran") for line in said)
     ctx.store.close()
 
 

@@ -279,6 +279,11 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
         repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
         monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
     )
+    skipped = skipped_levels(ctx, sweep, levels)
+    if skipped:
+        loads = ", ".join(f"{s['request_rate']:g} req/s" if s["request_rate"] is not None
+                          else f"c={s['concurrency']}" for s in skipped)
+        ctx.say(f"    {loads} {skipped[0]['reason']}")
     # A level where every request failed is a dead server, not a load that missed the SLA.
     served = bool(levels) and levels[-1].errors < levels[-1].requests
     if sweep.search is not None and served and not sweep.unfinished(levels):
