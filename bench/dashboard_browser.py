@@ -75,7 +75,7 @@ def main() -> None:
         wait_ready(url, proc, log)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            runs = [*(["first viewer"] + ["later viewer"] * (a.runs - 1)), "after a write"]
+            runs = ["first viewer", *["later viewer"] * (a.runs - 1), "after a write"]
             for run, kind in enumerate(runs):
                 if kind == "after a write":
                     os.utime(a.db)  # what a study's commit does to the version the pages key on

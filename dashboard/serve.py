@@ -1,7 +1,7 @@
 """Starts Streamlit on app.py in this process (`tuner dashboard` runs it with Streamlit's own
 `run` arguments), after the two things a first viewer would otherwise wait for: importing what
 every page needs (pandas, Altair, SQLAlchemy, tuner's readers: about 1.5 s on 2 cores) and reading
-the database's studies once (about 0.3 s per 2,500 trials). Streamlit runs each page as a script in
+the database's studies once (about 0.2 s per 2,500 trials). Streamlit runs each page as a script in
 this same process, so both are already there when the first page is opened. A study that writes
 later changes the database's version, and the next viewer reads it again."""
 

@@ -114,10 +114,9 @@ def warm(storage: str) -> None:
     """Read every study once, before the first viewer asks (dashboard/serve.py). A database that
     cannot be read is left to the page, which explains it."""
     try:
-        store = _store(storage)
         version = dd.data_version(storage)
-        for s in dd.with_retry(store.list_studies):
-            _LATEST[(storage, s.name)] = (version, dd.read_study(store, s.name))
+        for s in dd.with_retry(_store(storage).list_studies):
+            study(storage, s.name, version)
     except StoreError:
         return
 

@@ -56,10 +56,9 @@ def render() -> None:
         studies = "1 study" if len(datas) == 1 else f"{len(datas)} studies"
         thinned = "" if not drawn.left_out else (
             f" Drawn: the {drawn.front:,} levels on their GPU type and engine's front (no level "
-            f"of the same hardware is faster per user and as good on the y axis) and an even "
-            f"sample of "
-            f"{drawn.sampled:,} of the other {drawn.sampled + drawn.left_out:,}; the ranking "
-            "and its table use every level.")
+            "of the same hardware is faster per user and as good on the y axis) and an even "
+            f"sample of {drawn.sampled:,} of the other {drawn.sampled + drawn.left_out:,}; the "
+            "ranking and its table use every level.")
         st.caption(f"{ui.plural(len(points), 'measured level')} of {studies}, first runs; "
                    "filled: the level met its study's SLA. The dashed line is the per-user "
                    "target; the diamond is the chosen level (a confirmed study's "

@@ -211,12 +211,12 @@ def skipped_levels(ctx: StudyContext, sweep: Sweep,
         return []
     rates = w.request_rates if w.arrival == "poisson" else None
     why = latency_miss(levels[-1], ctx.spec.sla.to_sla())
-    full = next((m for m in levels if sweep.most is not None and m.concurrency >= sweep.most),
-                None)
+    full = None if sweep.most is None or rates else next(
+        (m for m in levels if m.concurrency >= sweep.most), None)
     if why is not None:
-        where = (f"{levels[-1].request_rate:g} req/s" if rates else f"c={levels[-1].concurrency}")
+        where = _load_text(levels[-1].concurrency, levels[-1].request_rate)
         reason = f"not measured: {where} missed its {why}, and a higher load cannot meet it"
-    elif full is not None and rates is None:
+    elif full is not None:
         reason = (f"not measured: c={full.concurrency} already ran this configuration's full "
                   f"batch (max batch x ranks: {sweep.most} in flight); more would only wait "
                   "for a batch slot")
@@ -281,8 +281,7 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
     )
     skipped = skipped_levels(ctx, sweep, levels)
     if skipped:
-        loads = ", ".join(f"{s['request_rate']:g} req/s" if s["request_rate"] is not None
-                          else f"c={s['concurrency']}" for s in skipped)
+        loads = ", ".join(_load_text(s["concurrency"], s["request_rate"]) for s in skipped)
         ctx.say(f"    {loads} {skipped[0]['reason']}")
     # A level where every request failed is a dead server, not a load that missed the SLA.
     served = bool(levels) and levels[-1].errors < levels[-1].requests
@@ -393,8 +392,13 @@ def _gate(ctx: StudyContext, params: dict[str, Any],
     return run
 
 
+def _load_text(concurrency: int, request_rate: float | None) -> str:
+    """A level's load as the lines and reasons name it: `c=N`, or `R req/s` in an open loop."""
+    return f"c={concurrency}" if request_rate is None else f"{request_rate:g} req/s"
+
+
 def _pruned_reason(best: LevelMeasurement, floor: float | None) -> str:
-    where = f"c={best.concurrency}" if best.request_rate is None else f"{best.request_rate:g} req/s"
+    where = _load_text(best.concurrency, best.request_rate)
     against = "" if floor is None else f", under the incumbent's {floor:,.0f}"
     return (f"clearly below the incumbent: its best level ({where}) reached at most "
             f"{interval(best)[1]:,.0f} tok/s/GPU (95% interval) in {best.rounds} rounds{against}")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from sqlalchemy import Select, and_, func, or_, select
+from sqlalchemy.orm import Session
 
 from db.models import (
     TRIAL_STATES,
@@ -66,7 +67,7 @@ _TRIAL_COLUMNS = tuple(f.name for f in fields(TrialRecord)
                        if f.name not in ("study_name", "measurements", "confirmation", "quality"))
 
 
-def _trial_records(session, study_name: str, *where) -> list[TrialRecord]:
+def _trial_records(session: Session, study_name: str, *where) -> list[TrialRecord]:
     """The study's trials (those matching `where`) as records, by number. Three plain queries
     (the trials, their levels, their quality checks) read as tuples: building an ORM object per
     row was most of the time of a 5,000-trial study's read (the dashboard reads every trial)."""
@@ -120,14 +121,6 @@ _QUALITY_FIELDS = tuple(f.name for f in fields(QualityCheck))
 def _quality_check_row(trial_id: int, run: int, check: QualityCheck) -> QualityCheckModel:
     return QualityCheckModel(trial_id=trial_id, run=run,
                              **{name: getattr(check, name) for name in _QUALITY_FIELDS})
-
-
-def _quality_check(row: QualityCheckModel) -> QualityCheck:
-    return QualityCheck(**{name: getattr(row, name) for name in _QUALITY_FIELDS})
-
-
-def _measurement(row: MeasurementModel) -> LevelMeasurement:
-    return LevelMeasurement(**{name: getattr(row, name) for name in _MEASUREMENT_FIELDS})
 
 
 _PREDICTION_ROW = ("config_key", "params", "concurrency", "fits", "output_tok_s_per_gpu",
