@@ -18,12 +18,17 @@ demo: install
 	$(BIN)/tuner run examples/tiny-moe-cpu.yaml
 
 # The tests of several workers on one study need PostgreSQL: a throwaway server runs beside them.
+# Two pytest-xdist workers, one per core of the project's machine; tests that share a real study
+# run on one of them (`--dist loadgroup`, tests/conftest.py). More workers would not help there:
+# every CPU server binds the first cores of its tuner's CPU affinity.
+PYTEST_WORKERS ?= 2
+PYTEST = $(BIN)/python -m pytest -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: install
-	.ci/with-postgres $(BIN)/python -m pytest -ra
+	.ci/with-postgres $(PYTEST)
 
 # Every test that starts no real vLLM server (not marked `engine`), PostgreSQL's included.
 test-fast: install
-	.ci/with-postgres $(BIN)/python -m pytest -ra -m "not engine"
+	.ci/with-postgres $(PYTEST) -m "not engine"
 
 lint: install
 	$(BIN)/ruff check .

@@ -22,6 +22,36 @@ TUNER = [sys.executable, "-m", "tuner.cli"]
 NO_VLLM = "vLLM is not installed beside this Python: run the tests through `make test`"
 
 
+# A session fixture that each pytest-xdist worker may build for itself: it is cheap.
+PER_WORKER = {"tiny_model"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs the tests on two pytest-xdist workers (`--dist loadgroup`). Tests that
+    read one fixture built once per session or module (a real study, a built wheel) run on the
+    same worker, so its servers start once; and the tests that start real servers go first, so
+    the two workers share those and the quick tests fill in behind them."""
+    for item in items:
+        group = shared_fixture(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)  # a stable sort
+
+
+def shared_fixture(item) -> str | None:
+    """The name of the widest-scoped fixture of this project that `item` reads, beyond one test
+    (session before module), or None."""
+    defs = item._fixtureinfo.name2fixturedefs
+    for scope in ("session", "module"):
+        for name in item.fixturenames:
+            fixture = defs.get(name, [None])[-1]
+            if (fixture is not None and fixture.scope == scope and name not in PER_WORKER
+                    and fixture.func.__module__.startswith("tests")):
+                return name if scope == "session" else f"{item.module.__name__}.{name}"
+    return None
+
+
 @pytest.fixture
 def vllm_installed() -> None:
     """Tests that start or ask the real engine fail, not skip, where it is missing: `make test`

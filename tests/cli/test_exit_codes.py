@@ -94,3 +94,24 @@ def test_an_unexpected_error_in_a_trial_is_recorded_with_its_text_and_stops_the_
         assert trial.failure_reason == "ZeroDivisionError: division by zero in a level's figures"
         assert "Traceback" in trial.log_tail and "broken" in trial.log_tail
         assert store.budget_used("test-study") == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_whose_interrupt_python_drops_still_stops_the_study(signum):
+    """Python ignores what a handler raises while it runs a callback such as `__del__` or
+    logging's fork hook (seen: SIGTERM as `tuner run` spawned its server, which then waited out
+    its ready timeout). The study's stop event is set all the same, and the trial's wait loops
+    check it."""
+    import threading
+
+    from tuner.search.loop import sigterm_as_interrupt
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signum)  # its KeyboardInterrupt is printed and dropped
+
+    stop = threading.Event()
+    with sigterm_as_interrupt(stop):
+        SignalledWhileCollected()  # collected at once: no exception reaches this frame
+        assert stop.is_set()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -29,7 +29,9 @@ def test_a_concurrency_auto_study_stores_each_trials_curve_and_its_load_at_the_s
                 # Both trials at once, a core each: a load search is per trial.
                 budget={"n_trials": 2, "parallel_trials": 2, "trial_timeout_s": 400,
                         "confirm_top_k": 0},
-                sla={"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1})  # met up to the bound
+                sla={"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1},  # met up to the bound
+                # The quality gate's reference server is tested in test_e2e_quality.py.
+                quality={"enabled": False})
     spec["engine"]["args"]["max-model-len"] = 256
     spec["workload"].update(input_len=32, output_len=32, requests_per_level=12, max_rounds=1,
                             warmup_requests=2)

@@ -107,7 +107,7 @@ def _confirm(ctx, k: int, *, again: bool) -> None:
     from tuner.search.loop import sigterm_as_interrupt
     from tuner.search.recovery import recover
 
-    with sigterm_as_interrupt():
+    with sigterm_as_interrupt(ctx.stop):
         recover(ctx, load_or_create_study(ctx))
         confirm_top(ctx, k, again=again)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -62,17 +63,21 @@ def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:
 
 
 @contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM ends a study like Ctrl-C does, so servers are stopped and trials recorded."""
+def sigterm_as_interrupt(stop: threading.Event):
+    """SIGTERM ends a study like Ctrl-C does, so servers are stopped and trials recorded. Both
+    also set `stop` (the study's `ctx.stop`): a KeyboardInterrupt raised while Python runs a
+    callback whose exceptions it ignores (logging's fork hook, as a server is spawned, say) is
+    lost, and the trial's wait loops, which check `stop`, raise it again."""
     def handler(signum, frame):
+        stop.set()
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
-
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 def run_study(ctx: StudyContext, n_trials: int,
@@ -114,7 +119,7 @@ def run_study(ctx: StudyContext, n_trials: int,
         elif result.state == "pruned":
             ctx.say(f"  -> trial {result.number}: pruned at {result.objective:,.0f} tok/s/GPU")
 
-    with sigterm_as_interrupt(), TrialRunner(ctx, study) as runner:
+    with sigterm_as_interrupt(ctx.stop), TrialRunner(ctx, study) as runner:
         while True:
             for key, result in runner.collect():
                 record(key, result)
