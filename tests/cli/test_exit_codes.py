@@ -104,7 +104,7 @@ def test_a_stop_signal_whose_interrupt_python_drops_still_stops_the_study(signum
     check it."""
     import threading
 
-    from tuner.search.loop import sigterm_as_interrupt
+    from tuner.search.loop import stop_signals_as_interrupt
 
     class SignalledWhileCollected:
         def __del__(self):
@@ -112,7 +112,7 @@ def test_a_stop_signal_whose_interrupt_python_drops_still_stops_the_study(signum
 
     stop = threading.Event()
     before = signal.getsignal(signum)
-    with sigterm_as_interrupt(stop):
+    with stop_signals_as_interrupt(stop):
         SignalledWhileCollected()  # collected at once: no exception reaches this frame
         assert stop.is_set()
     assert signal.getsignal(signum) is before  # restored as it was (xdist's workers ignore SIGINT)

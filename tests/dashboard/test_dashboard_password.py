@@ -8,8 +8,8 @@ has a real password.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
+import psutil
 import pytest
 
 pytest.importorskip("streamlit", reason="the dashboard extra is not installed (make install)")
@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from tests.dashboard.test_dashboard_app import PAGES, STUDY_TABS, open_page, show_tab, text  # noqa: E402
 from tests.dashboard.test_dashboard_e2e import Dashboard  # noqa: E402
 from tests.report.test_dashboard_data import mixed_study  # noqa: E402
+from tuner.serve.launcher import group_members  # noqa: E402
 
 QUERY = {"views/study.py": {"study": "s"}, "views/trial.py": {"study": "s", "trial": "1"}}
 ROUTES = {"views/overview.py": "/", "views/study.py": "/study?study=s",
@@ -31,20 +32,16 @@ def password_of(url: str) -> str:
     return password
 
 
-def argv_of_group(pgid: int) -> str:
-    """The command line of every process in process group `pgid` (the dashboard's: tuner and
+def argv_of_group(proc) -> str:
+    """The command line of every process in `proc`'s process group (the dashboard's: tuner and
     its Streamlit server), as `ps` shows them to any user of the host. Only the group's: other
     tests running beside this one (pytest-xdist) may pass the same URL on their command line."""
     lines = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for member in group_members(proc.pid, psutil.Process(proc.pid).create_time()):
         try:
-            # The process group is the 5th field, after the parenthesised command name.
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):  # gone meanwhile, or not ours to read
+            lines.append(" ".join(member.cmdline()))
+        except psutil.Error:  # gone meanwhile, or not ours to read
             continue
-        lines.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return "\n".join(lines)
 
 
@@ -72,7 +69,7 @@ def test_the_served_dashboard_keeps_the_password_out_of_pages_logs_and_argv(pg_u
     server = Dashboard(pg_url, tmp_path, in_env=True)
     try:
         server.wait_ready()
-        group = argv_of_group(server.proc.pid)
+        group = argv_of_group(server.proc)
         assert "tuner.cli dashboard" in group and "serve.py" in group
         assert secret not in group
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
@@ -87,7 +84,7 @@ def test_the_served_dashboard_keeps_the_password_out_of_pages_logs_and_argv(pg_u
             assert "Traceback" not in body, view
             if view == "views/overview.py":
                 assert "tuner:***@127.0.0.1" in body
-        assert secret not in argv_of_group(server.proc.pid)
+        assert secret not in argv_of_group(server.proc)
     finally:
         code = server.stop()
     log = server.log.read_text()

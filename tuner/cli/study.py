@@ -104,10 +104,10 @@ def confirm(
 def _confirm(ctx, k: int, *, again: bool) -> None:
     from tuner.search.bridge import load_or_create_study
     from tuner.search.confirm import confirm_top
-    from tuner.search.loop import sigterm_as_interrupt
+    from tuner.search.loop import stop_signals_as_interrupt
     from tuner.search.recovery import recover
 
-    with sigterm_as_interrupt(ctx.stop):
+    with stop_signals_as_interrupt(ctx.stop):
         recover(ctx, load_or_create_study(ctx))
         confirm_top(ctx, k, again=again)
 

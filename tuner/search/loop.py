@@ -63,7 +63,7 @@ def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:
 
 
 @contextmanager
-def sigterm_as_interrupt(stop: threading.Event):
+def stop_signals_as_interrupt(stop: threading.Event):
     """SIGTERM ends a study like Ctrl-C does, so servers are stopped and trials recorded. Both
     also set `stop` (the study's `ctx.stop`): a KeyboardInterrupt raised while Python runs a
     callback whose exceptions it ignores (logging's fork hook, as a server is spawned, say) is
@@ -119,7 +119,7 @@ def run_study(ctx: StudyContext, n_trials: int,
         elif result.state == "pruned":
             ctx.say(f"  -> trial {result.number}: pruned at {result.objective:,.0f} tok/s/GPU")
 
-    with sigterm_as_interrupt(ctx.stop), TrialRunner(ctx, study) as runner:
+    with stop_signals_as_interrupt(ctx.stop), TrialRunner(ctx, study) as runner:
         while True:
             for key, result in runner.collect():
                 record(key, result)
