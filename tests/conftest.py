@@ -46,8 +46,10 @@ def shared_fixture(item) -> str | None:
     for scope in ("session", "module"):
         for name in item.fixturenames:
             fixture = defs.get(name, [None])[-1]
+            # baseid: where the fixture is defined, relative to the rootdir ("" for a plugin's).
+            # Not its function's module: without __init__.py files that is "conftest".
             if (fixture is not None and fixture.scope == scope and name not in PER_WORKER
-                    and fixture.func.__module__.startswith("tests")):
+                    and fixture.baseid.startswith("tests")):
                 return name if scope == "session" else f"{item.module.__name__}.{name}"
     return None
 

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 from tests.conftest import TUNER, base_spec, fresh_pg_database, run_tuner, wait_for, write_yaml
 from tuner.search.rules import config_key
 from tuner.serve.launcher import group_members
-from tuner.store import Store
+from tuner.store import ServerRecord, Store, TrialRecord
 
 pytestmark = [
     pytest.mark.engine,
@@ -106,82 +106,80 @@ def _check_budget_spent_exactly(store: Store, study: optuna.Study) -> None:
 
 @dataclass
 class WorkersRun:
-    """A PostgreSQL study that two `tuner worker` processes ran at once, each on its own core:
-    the two-worker test checks how they shared it, the password test what they printed."""
+    """A PostgreSQL study that two `tuner worker` processes ran at once, each on its own core,
+    until one of them (the victim) was killed with SIGKILL in the middle of its trial's sweep;
+    the survivor then spent the rest of the budget. One study (four servers) for three tests:
+    how the workers shared it, how the killed trial was recovered, what they printed."""
 
     folder: Path
     url: str
-    pids: tuple[int, int]
-    outputs: list[str]  # `tuner run --create-only`'s, then each worker's
+    survivor: int  # the workers' pids
+    victim: int
+    killed: TrialRecord  # the victim's trial, as it was while it measured
+    server: ServerRecord  # and its server
+    outputs: list[str]  # `tuner run --create-only`'s, the survivor's, the victim's
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory, tiny_model) -> WorkersRun:
+def workers_run(tmp_path_factory, tiny_model) -> WorkersRun:
     with fresh_pg_database() as url:
         d = tmp_path_factory.mktemp("workers")
-        created = _create(d, tiny_model, url)
-        first = _worker(d, url, 0, "w0")
-        second = _worker(d, url, 1, "w1")
-        outputs = [_finish(first, d, "w0", 900), _finish(second, d, "w1", 900)]
-        yield WorkersRun(d, url, (first.pid, second.pid), [created, *outputs])
+        # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
+        created = _create(d, tiny_model, url, requests=96)
+        survivor = _worker(d, url, 0, "survivor")
+        victim = _worker(d, url, 1, "victim")
+        store = Store.open(url, create=False)
+        try:
+            def victim_measuring():
+                if "server ready" not in (d / "victim.out").read_text():
+                    return None  # the worker prints it, then sweeps
+                (trial,) = [t for t in store.running_trials("test-study")
+                            if t.worker_pid == victim.pid]
+                (server,) = [s for s in store.unstopped_servers(os.uname().nodename)
+                             if s.trial_id == trial.id]
+                return trial, server
+
+            killed, server = wait_for(victim_measuring, 400, "the victim's server to measure")
+            time.sleep(1.5)
+            assert group_members(server.pgid, server.create_time)  # its server is up
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+                victim.wait()
+            store.close()
+        output = _finish(survivor, d, "survivor", 900)
+        yield WorkersRun(d, url, survivor.pid, victim.pid, killed, server,
+                         [created, output, (d / "victim.out").read_text()])
 
 
-def test_two_workers_run_one_study_at_the_same_time(two_workers):
-    pg_url, (first, second) = two_workers.url, two_workers.pids
+def test_two_workers_run_one_study_at_the_same_time(workers_run):
+    pg_url, survivor, victim = workers_run.url, workers_run.survivor, workers_run.victim
     store = Store.open(pg_url, create=False)
     study = optuna.load_study(study_name="test-study", storage=pg_url)
     _check_budget_spent_exactly(store, study)
     trials = [t for t in store.trials("test-study") if t.state != "infeasible"]
-    assert all(t.state == "complete" for t in trials), [(t.state, t.failure_reason)
-                                                        for t in trials]
-    # Never the same configuration twice (distinct sampler seeds, and the store's claim).
-    launched = [config_key(t.params) for t in store.trials("test-study")
-                if t.state != "infeasible"]
+    complete = [t for t in trials if t.state == "complete"]
+    assert len(complete) == BUDGET, [(t.state, t.failure_reason) for t in trials]
+    # Never the same configuration twice (distinct sampler seeds, and the store's claim), but
+    # for the one retry of the killed trial.
+    launched = [config_key(t.params) for t in complete]
     assert len(launched) == len(set(launched)) == BUDGET
     # Both workers ran trials, each on its own core, and at the same time.
-    by_worker = {t.worker_pid for t in trials}
-    assert by_worker == {first, second}
+    assert {t.worker_pid for t in trials} == {survivor, victim}
     binds = {t.worker_pid: t.launch_plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] for t in trials}
-    assert binds == {first: "0", second: "1"}
+    assert binds == {survivor: "0", victim: "1"}
     a, b = (min((t for t in trials if t.worker_pid == pid), key=lambda t: t.started_at)
-            for pid in (first, second))
+            for pid in (survivor, victim))
     assert a.started_at < b.finished_at and b.started_at < a.finished_at
-    rows = _measurement_rows(pg_url)
-    assert len(rows) == len(set(rows)) == len(trials) * len(LEVELS)
-    for output in two_workers.outputs[1:]:
-        assert "worker done: study test-study has used 3 of 3 trials" in output
+    assert "worker done: study test-study has used 3 of 3 trials" in workers_run.outputs[1]
 
 
-def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
-        tmp_path, tiny_model, pg_url):
-    # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
-    _create(tmp_path, tiny_model, pg_url, requests=160)
-    survivor = _worker(tmp_path, pg_url, 0, "survivor")
-    victim = _worker(tmp_path, pg_url, 1, "victim")
+def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(workers_run):
+    pg_url, killed, server = workers_run.url, workers_run.killed, workers_run.server
     store = Store.open(pg_url, create=False)
-    try:
-        def victim_measuring():
-            if "server ready" not in (tmp_path / "victim.out").read_text():
-                return None  # the worker prints it, then sweeps
-            (trial,) = [t for t in store.running_trials("test-study")
-                        if t.worker_pid == victim.pid]
-            (server,) = [s for s in store.unstopped_servers(os.uname().nodename)
-                         if s.trial_id == trial.id]
-            return trial, server
-
-        killed, server = wait_for(victim_measuring, 400, "the victim's server to be measuring")
-        time.sleep(1.5)
-        assert group_members(server.pgid, server.create_time)  # its server is up
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-            victim.wait()
-    output = _finish(survivor, tmp_path, "survivor", 900)
-
     study = optuna.load_study(study_name="test-study", storage=pg_url)
-    _check_budget_spent_exactly(store, study)
     # The killed trial ended FAIL in Optuna, failed (interrupted) in tuner's table.
     by_number = {t.number: t for t in study.trials}
     assert by_number[killed.number].state == TrialState.FAIL
@@ -194,8 +192,8 @@ def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
     assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE
     retried = store.trial("test-study", retries[0].number)
     assert (retried.state, retried.params) == ("complete", killed.params)
-    assert retried.worker_pid == survivor.pid
-    assert f"retry of trial {killed.number}" in output
+    assert retried.worker_pid == workers_run.survivor
+    assert f"retry of trial {killed.number}" in workers_run.outputs[1]
     # No measurement row lost or duplicated: one per level of each complete trial.
     complete = [t for t in store.trials("test-study") if t.state == "complete"]
     rows = _measurement_rows(pg_url)
@@ -205,16 +203,16 @@ def test_a_sigkilled_worker_trial_fails_is_retried_and_its_server_is_gone(
     assert store.unstopped_servers(os.uname().nodename) == []
 
 
-def test_a_storage_password_appears_in_no_output_log_or_export(two_workers):
+def test_a_storage_password_appears_in_no_output_log_or_export(workers_run):
     """The workers' study, created with the URL on the command line and run by workers given
     it in their environment (as a k8s Secret does), then read and exported with it."""
     from sqlalchemy.engine import make_url
 
-    pg_url, folder = two_workers.url, two_workers.folder
+    pg_url, folder = workers_run.url, workers_run.folder
     password = make_url(pg_url).password
     assert password and len(password) >= 12
     wrong = make_url(pg_url).set(password="Wr0ngPassw0rdX").render_as_string(hide_password=False)
-    outputs = list(two_workers.outputs)  # --create-only --storage URL, then both workers
+    outputs = list(workers_run.outputs)  # --create-only --storage URL, then both workers
     assert "postgresql://tuner:***@" in outputs[0]
 
     def tuner(*args, expect=0):
