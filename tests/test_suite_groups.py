@@ -19,7 +19,7 @@ def group_of(request) -> tuple | None:
 
 def test_a_test_reading_a_module_fixture_is_in_that_fixtures_group(request, built_once):
     assert group_of(request) == ("test_suite_groups.built_once",)
-    if request.config.getvalue("loadgroup"):  # under `make test`'s --dist loadgroup
+    if getattr(request.config.option, "loadgroup", False):  # a worker of --dist loadgroup
         # What xdist's scheduler reads the group from: a node id that lost it (pytest 9.2 with
         # pytest-xdist 3.8) sends the test to any worker.
         assert request.node.nodeid.endswith("@test_suite_groups.built_once")
