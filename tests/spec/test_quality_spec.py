@@ -25,6 +25,7 @@ def test_the_gate_is_on_by_default_with_a_few_dozen_short_greedy_answers(tmp_pat
     q = load(tmp_path, None).quality
     assert q.enabled and q.reference is None  # the engine's defaults answer first
     assert (q.prompts, q.max_tokens, q.seed, q.top_logprobs) == (32, 32, 0, 5)
+    assert q.concurrency == 1  # each answer decoded alone: no batch (timing) in its numerics
     assert (q.min_exact_match, q.min_common_prefix, q.max_logprob_divergence) == (0.5, 0.75, 0.5)
     # Speculative decoding is lossless under greedy decoding: held to every answer.
     assert q.lossless.parameters == ["speculative_method"] and q.lossless.min_exact_match == 1
