@@ -299,7 +299,7 @@ def test_a_sweep_against_a_dead_server_returns_failed_results_without_raising():
 
 # the synthetic prompts it sends (tuner.measure.prompts)
 
-PINNED_SEED0 = [844, 757, 420, 258, 511]
+PINNED_SEED0 = [850, 636, 511, 269, 307]  # numpy PCG64 since 2026-12-03 (was random.Random)
 
 
 def test_synthetic_prompts_have_exactly_input_len_ids_inside_the_vocabulary():
