@@ -36,6 +36,10 @@ from tuner.spec.space import (
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
 
 MAX_IDLE_ASKS = 10
+# A worker with nothing left to start looks this often for trials running elsewhere that ended
+# (then it is done) or went stale (then their retry is its to run): one query, so it ends within
+# seconds of the study's last trial rather than a heartbeat interval (30 s) later.
+ELSEWHERE_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def run_study(ctx: StudyContext, n_trials: int,
     infeasible_seen: set[str] = set()
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.sampler_seed)
-    poll_s = ctx.spec.budget.heartbeat_interval_s
+    poll_s = min(ctx.spec.budget.heartbeat_interval_s, ELSEWHERE_POLL_S)
 
     def record(key: str, result: TrialResult) -> None:
         results.append(result)
