@@ -8,7 +8,7 @@ guidellm pins click and multidict below what vLLM's CPU build needs, so it gets 
 (the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
 
     python3 -m venv .tuner/guidellm && .tuner/guidellm/bin/pip install guidellm==0.8.1 \
-        torch --extra-index-url https://download.pytorch.org/whl/cpu
+        torch==2.13.0   # + --extra-index-url https://download.pytorch.org/whl/cpu off this machine
 
 The server is started the way a trial starts it (vLLM adapter + launcher). Each round runs every
 client with the same load: prompts of exactly `--input-len` tokens sent as text for the server to
