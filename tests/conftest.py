@@ -22,7 +22,8 @@ TUNER = [sys.executable, "-m", "tuner.cli"]
 NO_VLLM = "vLLM is not installed beside this Python: run the tests through `make test`"
 
 
-# A session fixture that each pytest-xdist worker may build for itself: it is cheap.
+# A session fixture that each pytest-xdist worker resolves for itself, not a group: the model
+# is generated once for all workers (a file lock), and many quick tests read it.
 PER_WORKER = {"tiny_model"}
 
 
@@ -67,11 +68,24 @@ def vllm_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    """The tiny gpt-oss model, generated once per test session."""
+def tiny_model(tmp_path_factory, worker_id) -> Path:
+    """The tiny gpt-oss model, generated once per test session: by the first pytest-xdist worker
+    that needs it, under a lock, in the temporary folder the session's workers share (6 s alone,
+    about 19 s while the other worker starts servers). The same seed gives the same bytes."""
+    from filelock import FileLock
+
     from tuner.serve.tiny_model import generate_tiny_gpt_oss
 
-    return generate_tiny_gpt_oss(tmp_path_factory.mktemp("model") / "tiny-gpt-oss")
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # each worker's base folder lies in the session's
+    model = root / "tiny-gpt-oss"
+    with FileLock(root / "tiny-gpt-oss.lock"):
+        if not model.exists():
+            partial = root / "tiny-gpt-oss.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            generate_tiny_gpt_oss(partial).rename(model)  # whole, or not there
+    return model
 
 
 def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
