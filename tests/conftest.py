@@ -68,7 +68,7 @@ def vllm_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory, worker_id) -> Path:
+def tiny_model(tmp_path_factory) -> Path:
     """The tiny gpt-oss model, generated once per test session: by the first pytest-xdist worker
     that needs it, under a lock, in the temporary folder the session's workers share (6 s alone,
     about 19 s while the other worker starts servers). The same seed gives the same bytes."""
@@ -77,7 +77,7 @@ def tiny_model(tmp_path_factory, worker_id) -> Path:
     from tuner.serve.tiny_model import generate_tiny_gpt_oss
 
     root = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # each worker's base folder lies in the session's
     model = root / "tiny-gpt-oss"
     with FileLock(root / "tiny-gpt-oss.lock"):

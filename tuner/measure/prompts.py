@@ -34,8 +34,7 @@ def synthetic_token_prompts(
             f"need n >= 0, input_len >= 1, vocab_size >= 1: {n}, {input_len}, {vocab_size}")
     import numpy as np
 
-    avoid = set(avoid_ids)
-    allowed = np.array([i for i in range(vocab_size) if i not in avoid], dtype=np.int64)
+    allowed = np.setdiff1d(np.arange(vocab_size, dtype=np.int64), list(avoid_ids))
     if not allowed.size:
         raise ValueError(f"avoid_ids exclude every id of a vocabulary of {vocab_size}")
     # numpy, in blocks of rows: a GPU study's sweep draws tens of millions of ids (the

@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
 from tuner.search.context import StudyContext
 from tuner.search.quality_gate import ensure_reference
-from tuner.search.recovery import reap_stale, recover
+from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
 from tuner.search.rules import config_key, settled
 from tuner.search.trial import TrialResult, run_trial
 from tuner.serve.slots import DevicePool
@@ -36,10 +36,6 @@ from tuner.spec.space import (
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
 
 MAX_IDLE_ASKS = 10
-# A worker with nothing left to start looks this often for trials running elsewhere that ended
-# (then it is done) or went stale (then their retry is its to run): one query, so it ends within
-# seconds of the study's last trial rather than a heartbeat interval (30 s) later.
-ELSEWHERE_POLL_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,7 @@ def run_study(ctx: StudyContext, n_trials: int,
     infeasible_seen: set[str] = set()
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.sampler_seed)
-    poll_s = min(ctx.spec.budget.heartbeat_interval_s, ELSEWHERE_POLL_S)
+    poll_s = min(ctx.spec.budget.heartbeat_interval_s, OTHER_WORKER_POLL_S)
 
     def record(key: str, result: TrialResult) -> None:
         results.append(result)

@@ -24,15 +24,13 @@ from tuner.measure.quality import (
 )
 from tuner.measure.quality_tasks import accuracy, read_tasks, task_prompts
 from tuner.search.context import StudyContext
-from tuner.search.recovery import worker_alive, worker_id
+from tuner.search.recovery import OTHER_WORKER_POLL_S, worker_alive, worker_id
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.launcher import LaunchFailure, ServerProcess
 from tuner.spec.errors import BadInput
 from tuner.spec.space import describe
 from tuner.store import QualityCheck, QualityReference
 from tuner.store.quality import claim_age_s
-
-POLL_S = 2.0  # how often a worker waiting for another's reference looks again
 
 
 def reference_params(ctx: StudyContext) -> dict[str, Any]:
@@ -87,7 +85,7 @@ def ensure_reference(ctx: StudyContext) -> QualityReference | None:
                     ctx.say(f"quality: waiting for {ref.claimed_by} to compute the reference "
                             "answers")
                     said = True
-                if ctx.stop.wait(POLL_S):
+                if ctx.stop.wait(OTHER_WORKER_POLL_S):
                     raise KeyboardInterrupt
                 continue
             take_over = ref.claimed_by

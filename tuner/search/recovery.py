@@ -12,6 +12,12 @@ from tuner.serve.failures import read_log_tail
 from tuner.serve.launcher import stop_group
 from tuner.store import ServerRecord
 
+# How often a worker waiting on another looks at the store again: for the reference answers it
+# computes, or for trials it runs that end (then there is nothing left) or go stale (then their
+# retry is this worker's). One query each time, so a worker ends within seconds of a study's
+# last trial rather than a heartbeat interval (30 s) later.
+OTHER_WORKER_POLL_S = 2.0
+
 
 def worker_id() -> str:
     pid, created = this_process()
