@@ -21,20 +21,24 @@ import sys
 import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
-# (what a process's command line or name contains, its kind), first match wins. vLLM names its
-# processes itself (setproctitle): VLLM::EngineCore, VLLM::Worker_TP0, ...
+# (what a process's command line or name contains, its kind), first match wins: programs
+# first, since a test's temporary paths put "pytest" into many command lines. vLLM names its
+# processes itself (setproctitle): VLLM::EngineCore, VLLM::Worker_TP0, ...; pytest-xdist names
+# its workers "[pytest-xdist running] <test>".
 KINDS = (
     ("EngineCore", "vLLM engine core"),
     ("Worker", "vLLM worker"),
     ("vllm bench", "vllm bench serve"),
     ("vllm serve", "vLLM API server"),
-    ("xdist", "pytest"),
-    ("pytest", "pytest"),
+    ("fake_engine.py", "tests' fake servers"),
+    ("fake_openai_server.py", "tests' fake servers"),
     ("tuner.cli", "tuner CLI"),
     ("bin/tuner", "tuner CLI"),
     ("streamlit", "streamlit"),
     ("postgres", "PostgreSQL"),
     ("chrom", "Chromium"),
+    ("pytest-xdist", "pytest workers"),
+    ("-m pytest", "pytest (main)"),
 )
 
 
