@@ -18,7 +18,9 @@ streamed, `--concurrency` requests in flight (each client sends the next one whe
 `--warmup` requests first and left out, then `--requests` timed ones; the order of the clients
 rotates from round to round so drift on a noisy machine favours none. Prints each round, then
 one table: the medians over rounds and each figure's ratio to vllm bench's (the median of the
-per-round ratios, and their range).
+per-round ratios, and their range), then a verdict on output tok/s and median TTFT: within 5%
+only when the 95% bootstrap interval of the median ratio lies inside 0.95-1.05, not within when
+it lies outside, and undecided when the rounds vary too much to tell.
 
 What each figure means, per client (from their source):
 - output tok/s: vllm bench, output tokens over the time from its first send to its last
@@ -46,8 +48,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from figures import Figures
 from guidellm_client import run_guidellm
+from scipy import stats
 from tiny_vllm import tiny_vllm
 
 from tuner.measure.client import Prompt
@@ -159,16 +163,36 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
     return lines
 
 
+def median_interval(ratios: list[float]) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of the per-round ratios (percentile method: BCa's
+    jackknife is degenerate for a median of a few rounds)."""
+    if len(ratios) < 3 or len(set(ratios)) == 1:
+        return min(ratios), max(ratios)
+    ci = stats.bootstrap((ratios,), np.median, method="percentile", n_resamples=9999,
+                         random_state=np.random.default_rng(0)).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
 def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
+    """Within the bar only when the whole 95% interval of the median ratio is; outside it only
+    when the whole interval is; otherwise this run's rounds vary too much to tell."""
     out = []
     for who in rows[0]:
         if who == REFERENCE:
             continue
         for name, field in COLUMNS[:2]:
-            ratio = statistics.median(getattr(row[who], field) / getattr(row[REFERENCE], field)
-                                      for row in rows)
-            mark = "within" if abs(ratio - 1) <= AGREE else "NOT within"
-            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's, {mark} {AGREE:.0%}")
+            ratios = [getattr(row[who], field) / getattr(row[REFERENCE], field) for row in rows]
+            ratio = statistics.median(ratios)
+            low, high = median_interval(ratios)
+            if 1 - AGREE <= low and high <= 1 + AGREE:
+                mark = f"within {AGREE:.0%}"
+            elif high < 1 - AGREE or low > 1 + AGREE:
+                mark = f"NOT within {AGREE:.0%}"
+            else:
+                mark = (f"undecided: the rounds vary too much to tell {AGREE:.0%} "
+                        "(more --rounds narrow the interval)")
+            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's [95% interval "
+                       f"{low:.3f}–{high:.3f}], {mark}")
     return out
 
 
