@@ -1,6 +1,6 @@
 """Where a command's CPU goes, by kind of process: runs the command, reads every process's CPU
-time from /proc every `--every` seconds while it runs, and prints CPU-seconds per kind (vLLM's
-API server, engine core and worker, pytest, the tuner CLI, ...). Run by hand, for example on the
+time (psutil) every `--every` seconds while it runs, and prints CPU-seconds per kind (vLLM's API
+server, engine core and worker, pytest, the tuner CLI, ...). Run by hand, for example on the
 whole suite:
 
     .venv/bin/python bench/cpu_by_process.py -- make test
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import subprocess
 import sys
 import time
 
-TICKS = os.sysconf("SC_CLK_TCK")
+import psutil
+
 # (what a process's command line or name contains, its kind), first match wins: programs
 # first, since a test's temporary paths put "pytest" into many command lines. vLLM names its
 # processes itself (setproctitle): VLLM::EngineCore, VLLM::Worker_TP0, ...; pytest-xdist names
@@ -42,28 +42,15 @@ KINDS = (
 )
 
 
-def kind_of(pid: str) -> str | None:
+def kind_of(proc: psutil.Process) -> str | None:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        with open(f"/proc/{pid}/comm") as f:
-            comm = f.read().strip()
-    except OSError:
+        cmd, name = " ".join(proc.cmdline()), proc.name()
+    except psutil.Error:
         return None  # gone already
     for needle, kind in KINDS:
-        if needle in cmd or needle in comm:
+        if needle in cmd or needle in name:
             return kind
-    return f"other ({comm})"
-
-
-def cpu_and_start(pid: str) -> tuple[float, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the name may hold spaces
-    return (int(fields[11]) + int(fields[12])) / TICKS, int(fields[19])
+    return f"other ({name})"
 
 
 def main() -> None:
@@ -76,41 +63,39 @@ def main() -> None:
     if not command:
         sys.exit("command: give the command to measure after --, e.g. -- make test")
 
-    with open("/proc/uptime") as f:
-        began = float(f.read().split()[0]) * TICKS  # in the clock ticks of a start time
-    seen: dict[tuple[str, int], list] = {}  # (pid, start) -> [cpu at first sample, last, kind]
-    wall = time.monotonic()
+    began, since = time.time(), time.monotonic()
+    seen: dict[tuple[int, float], list] = {}  # (pid, created) -> [cpu at first sample, last, kind]
     proc = subprocess.Popen(command)
     while proc.poll() is None:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            got = cpu_and_start(pid)
-            if got is None:
-                continue
-            cpu, start = got
-            key = (pid, start)
+        for other in psutil.process_iter(["cpu_times", "create_time"]):
+            times, created = other.info["cpu_times"], other.info["create_time"]
+            if times is None or created is None:
+                continue  # gone, or not ours to read
+            cpu = times.user + times.system
+            key = (other.pid, created)
             if key in seen:
                 seen[key][1] = cpu
                 if seen[key][2].startswith("other (python"):  # renamed after its start
-                    seen[key][2] = kind_of(pid) or seen[key][2]
-            elif (kind := kind_of(pid)) is not None:
-                seen[key] = [0.0 if start > began else cpu, cpu, kind]
+                    seen[key][2] = kind_of(other) or seen[key][2]
+            elif (kind := kind_of(other)) is not None:
+                seen[key] = [0.0 if created > began else cpu, cpu, kind]
         time.sleep(a.every)
-    wall = time.monotonic() - wall
+    wall = time.monotonic() - since
 
     total: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
     for first, last, kind in seen.values():
         total[kind] += last - first
         count[kind] += 1
-    cores = len(os.sched_getaffinity(0))
+    cpu_all = sum(total.values())
     print(f"\n{' '.join(command)}: exit {proc.returncode}, {wall:,.0f} s, "
-          f"{sum(total.values()):,.0f} CPU-s over {cores} cores "
-          f"({sum(total.values()) / wall:.2f} busy on average)")
+          f"{cpu_all:,.0f} CPU-s over {len(psutil.Process().cpu_affinity())} cores "
+          f"({cpu_all / wall:.2f} busy on average)")
     print(f"{'kind':<28}{'processes':>10}{'CPU-s':>10}{'share':>8}")
     for kind, cpu in total.most_common(a.top):
         if cpu < 0.5:
             break
-        print(f"{kind:<28}{count[kind]:>10}{cpu:>10,.0f}{cpu / sum(total.values()):>8.0%}")
+        print(f"{kind:<28}{count[kind]:>10}{cpu:>10,.0f}{cpu / cpu_all:>8.0%}")
     sys.exit(proc.returncode)
 
 

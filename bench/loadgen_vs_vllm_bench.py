@@ -58,6 +58,7 @@ from tuner.measure.client import Prompt
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import as_text, corpus_token_prompts, synthetic_token_prompts
+from tuner.measure.stats import CONFIDENCE
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import cpu_inventory
@@ -164,12 +165,13 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
 
 
 def median_interval(ratios: list[float]) -> tuple[float, float]:
-    """A 95% bootstrap interval of the median of the per-round ratios (percentile method: BCa's
-    jackknife is degenerate for a median of a few rounds)."""
+    """A bootstrap interval of the median of the per-round ratios at tuner's confidence (95%;
+    percentile method: BCa's jackknife is degenerate for a median of a few rounds)."""
     if len(ratios) < 3 or len(set(ratios)) == 1:
         return min(ratios), max(ratios)
-    ci = stats.bootstrap((ratios,), np.median, method="percentile", n_resamples=9999,
-                         random_state=np.random.default_rng(0)).confidence_interval
+    ci = stats.bootstrap((ratios,), np.median, confidence_level=CONFIDENCE, method="percentile",
+                         n_resamples=9999, random_state=np.random.default_rng(0)
+                         ).confidence_interval
     return float(ci.low), float(ci.high)
 
 
@@ -191,7 +193,7 @@ def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
             else:
                 mark = (f"undecided: the rounds vary too much to tell {AGREE:.0%} "
                         "(more --rounds narrow the interval)")
-            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's [95% interval "
+            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's [{CONFIDENCE:.0%} interval "
                        f"{low:.3f}–{high:.3f}], {mark}")
     return out
 
