@@ -167,6 +167,8 @@ def test_vllm_serve_runs_the_exported_config_unchanged(study_dir, tiny_model, tm
                 break
             except OSError:
                 time.sleep(1)
+        else:  # never ready: say so, rather than send the request to a server still starting
+            pytest.fail(f"vllm serve not ready after 180 s with the exported config:\n{tail()}")
         body = json.dumps({"model": str(tiny_model), "prompt": "Tensor parallelism",
                            "max_tokens": 8}).encode()
         req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
