@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import TUNER, base_spec, write_yaml
+from tests.conftest import TP1_WORKER_IN_ENGINE_CORE, TUNER, base_spec, write_yaml
 from tuner.store import Store
 
 pytestmark = [
@@ -37,6 +37,8 @@ def test_ngram_acceptance_from_metrics_differs_between_corpus_and_random_prompts
                          budget={"n_trials": 1, "confirm_top_k": 0},
                          storage=f"sqlite:///{source}.db")
         spec["engine"]["ready_timeout_s"] = 400  # two servers start at once, on a core each
+        # Each tuner's affinity is its one core, so its server's threads stay on it unbound.
+        spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)
         spec["workload"]["prompt_source"] = source
         spec["workload"]["concurrency"] = [4]
         write_yaml(tmp_path / f"{source}.yaml", spec)
