@@ -106,7 +106,9 @@ def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
     from tuner.measure.prompts import sweep_prompts
 
     ctx = _context(small_spec(tmp_path), [])
-    w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2})
+    # The example's GPU sweep holds some 50 million prompt ids; a few hundred prompts show it.
+    w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2,
+                                             "concurrency": [4, 16], "requests_per_level": 64})
     ctx.spec = ctx.spec.model_copy(update={"workload": w})
     prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
     assert len(prompts) == w.prompts_needed()
