@@ -8,9 +8,8 @@ core it spawns, and one worker the engine core spawns (its multiprocess executor
 vLLM and PyTorch in turn. With multiprocessing off, a TP1 server's engine core runs its model
 itself (the uni executor): one process and one import fewer, but no OpenMP core binding either
 (vLLM binds a rank's threads only in its multiprocess executor), so the server's threads go
-where the process's CPU affinity lets them. The test
-suite's servers that run one at a time use it (tests/conftest.py); trials and benches keep vLLM's
-default.
+where the process's CPU affinity lets them. The test suite's servers that run one at a time
+use it (tests/conftest.py); trials and benches keep vLLM's default.
 
 Each pair starts one server each way (alternating which goes first), the way a trial starts it
 (vLLM adapter + launcher), waits until it is ready, streams `--requests` requests of 32/32 tokens
@@ -27,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from tiny_vllm import tiny_vllm
 
 from tuner.measure.loadgen import run_sweep
@@ -45,7 +45,7 @@ def cpu_seconds(server: ServerProcess) -> float:
         try:
             t = proc.cpu_times()
             total += t.user + t.system
-        except Exception:  # a process that ended between listing and reading
+        except psutil.Error:  # a process that ended between listing and reading
             pass
     return total
 
@@ -59,17 +59,17 @@ def main() -> None:
 
     model, vocab, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
+    settings_of = {layout: dataclasses.replace(settings, env={**settings.env, **extra})
+                   for layout, extra in LAYOUTS.items()}
     rows: dict[str, list[tuple[float, float, float]]] = {layout: [] for layout in LAYOUTS}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(a.pairs):
             order = list(LAYOUTS) if pair % 2 == 0 else list(reversed(LAYOUTS))
             for layout in order:
-                env = {**settings.env, **LAYOUTS[layout]}
                 plan = get_adapter("vllm").launch_plan(
-                    {"tensor_parallel_size": 1, "max_num_seqs": 16},
-                    dataclasses.replace(settings, env=env),
+                    {"tensor_parallel_size": 1, "max_num_seqs": 16}, settings_of[layout],
                     host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-                server = ServerProcess(plan, Path(tmp) / f"{pair}-{len(rows[layout])}-{layout}")
+                server = ServerProcess(plan, Path(tmp) / f"{pair}-{list(LAYOUTS).index(layout)}")
                 started = time.time()
                 server.start()
                 try:
