@@ -127,10 +127,17 @@ def workers_run(tmp_path_factory, tiny_model) -> WorkersRun:
         d = tmp_path_factory.mktemp("workers")
         # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
         created = _create(d, tiny_model, url, requests=96)
-        survivor = _worker(d, url, 0, "survivor")
+        # The victim first, and the survivor once the victim's trial is claimed: else, on a busy
+        # machine, the survivor could finish its first trial before the victim claims one, run a
+        # second and so meet the budget without the killed trial's retry (rightly, but then
+        # there is no retry for these tests to check).
         victim = _worker(d, url, 1, "victim")
         store = Store.open(url, create=False)
         try:
+            wait_for(lambda: [t for t in store.running_trials("test-study")
+                              if t.worker_pid == victim.pid], 300, "the victim's trial")
+            survivor = _worker(d, url, 0, "survivor")
+
             def victim_measuring():
                 if "server ready" not in (d / "victim.out").read_text():
                     return None  # the worker prints it, then sweeps
