@@ -1,5 +1,6 @@
-"""Speculative decoding measured honestly: the acceptance the engine reports depends on the
-prompts, and random-token prompts (the field's known trap) are not natural text."""
+"""Speculative decoding measured honestly: the acceptance comes from the engine's own counters,
+per level, and the export says which prompts (natural text or random tokens, the field's known
+trap) it was measured on."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ SPACE = {"name": "ngram", "engine": "vllm", "parameters": {
     "num_speculative_tokens": {"values": [3], "when": {"speculative_method": "ngram"}}}}
 
 
-def test_ngram_acceptance_from_metrics_differs_between_corpus_and_random_prompts(
+def test_ngram_acceptance_is_read_from_the_engine_per_prompt_source(
         tmp_path, tiny_model):
     """The two studies run side by side, each `tuner run` held to one core of its own (its
     process's CPU affinity is the node tuner sees), as two tuners on one node would: acceptance
@@ -69,7 +70,9 @@ def test_ngram_acceptance_from_metrics_differs_between_corpus_and_random_prompts
                             .read_text())
         assert record["workload"]["prompt_source"] == source  # which prompts it was measured on
         assert record["measurements"][0]["spec_accepted_tokens"] == level.spec_accepted_tokens
-    # Natural text repeats its phrases; random tokens do not, so n-gram drafts rarely match.
-    assert acceptance["corpus"] > acceptance["synthetic"]
+    # Which source gets more drafts accepted is not asserted: the tiny model's random weights
+    # make its answers repeat themselves whatever the prompt, so n-gram drafts match its own
+    # output, and the order flipped between CPUs (README, "Speculative decoding").
+    assert acceptance["corpus"] > 0 and acceptance["synthetic"] > 0
     print(f"n-gram acceptance: corpus {acceptance['corpus']:.1%}, "
           f"random tokens {acceptance['synthetic']:.1%}")
