@@ -5,8 +5,10 @@
 #
 #   1. `tuner gpus --json`: NVML through nvidia-ml-py, the same code a study runs; exits 4 where
 #      NVML is not available (no driver), and this script stops there.
-#   2. HBM bandwidth (a device-to-device copy of 4 GiB: bytes read + written per second) and the
-#      dense BF16 matmul rate (8192^3 GEMMs), timed with CUDA events on GPU 0, median of 20.
+#   2. HBM bandwidth (a device-to-device copy of 4 GiB: bytes read + written per second), the
+#      dense BF16 matmul rate (8192^3 GEMMs) and, where the GPU has FP8 tensor cores (Hopper
+#      and later), the dense FP8 e4m3 rate (torch._scaled_mm, BF16 out), timed with CUDA events
+#      on GPU 0, median of 20.
 #   3. A table: measured | datasheet (tuner/data/gpus.csv) | what the performance model uses
 #      (datasheet x its calibrated efficiency, tuner/data/perfmodel_calibration.json) | the
 #      measured share of the datasheet.
@@ -65,16 +67,24 @@ del src, dst
 a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
 b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
 bf16_tflops = 2 * 8192**3 / timed(lambda: a @ b) / 1e12
-
 rows = [("HBM bandwidth, TB/s", hbm_tb_s, sheet.hbm_tb_s, factors["bw_eff"]),
         ("BF16 dense matmul, TFLOP/s", bf16_tflops, sheet.bf16_dense_tflops,
          factors["dense_eff"])]
+if sheet.fp8_dense_tflops and torch.cuda.get_device_capability(dev) >= (8, 9):
+    # _scaled_mm wants the second operand column-major: b8.t() of a row-major tensor is.
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    one = torch.ones((), dtype=torch.float32, device=dev)
+    fp8_tflops = 2 * 8192**3 / timed(
+        lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one,
+                                 out_dtype=torch.bfloat16)) / 1e12
+    # The performance model plans matmuls at the BF16 rate: it has no FP8 figure to compare.
+    rows.append(("FP8 dense matmul, TFLOP/s", fp8_tflops, sheet.fp8_dense_tflops, None))
 print(f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__}, CUDA "
       f"{torch.version.cuda}) against tuner's {sheet.name}")
 print(f"{'':28} {'measured':>9} {'datasheet':>10} {'model':>9} {'measured/datasheet':>19}")
 for label, got, datasheet, eff in rows:
-    print(f"{label:28} {got:9.2f} {datasheet:10.2f} {datasheet * eff:9.2f} "
-          f"{got / datasheet:19.2f}")
+    model = f"{datasheet * eff:9.2f}" if eff is not None else f"{'unused':>9}"
+    print(f"{label:28} {got:9.2f} {datasheet:10.2f} {model} {got / datasheet:19.2f}")
 print("model = datasheet x the calibrated efficiency the performance model plans with "
       f"(bw_eff {factors['bw_eff']:.3f}, dense_eff {factors['dense_eff']:.3f})")
 PY

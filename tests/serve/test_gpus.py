@@ -72,6 +72,13 @@ def test_a_spec_for_another_gpu_type_is_refused_naming_what_the_node_has():
         detect("B200", None, nvml=RecordedNvml())
 
 
+def test_a_spec_asking_more_gpus_than_the_node_has_is_refused_with_the_count():
+    # What a one-GPU H200 machine answered to examples/gpt-oss-120b.yaml (devices: 8).
+    with pytest.raises(BadInput, match="hardware.devices 8: this node has only 1 usable H200 "
+                                       "GPU: lower it or leave it out"):
+        detect("H200", 8, nvml=RecordedNvml(names=("NVIDIA H200",), links=0))
+
+
 def test_without_nvml_a_gpu_study_is_refused_plainly():
     with pytest.raises(NvmlUnavailable, match="NVML could not start"):
         read_gpus(NoDriver())

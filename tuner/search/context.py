@@ -94,7 +94,8 @@ def resolve_executable(executable: str) -> str:
             return found
     raise BadInput(
         f"engine.executable {executable!r} was not found (beside {sys.executable} or on PATH): "
-        "install the engine (`make install` installs vLLM's CPU build) or set engine.executable"
+        "install the engine on this node (on a CPU machine `make install` installs vLLM's CPU "
+        "build) or set engine.executable"
     )
 
 

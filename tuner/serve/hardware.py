@@ -70,10 +70,11 @@ def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
     inv = cpu_inventory() if gpu_type.lower() == "cpu" else gpu_node_inventory(gpu_type, nvml)
     if devices is not None:
         if devices > len(inv.devices):
-            unit = "CPU cores" if inv.kind == "cpu" else f"{inv.type} GPUs"
+            have = len(inv.devices)
+            unit = ("CPU core" if inv.kind == "cpu" else f"{inv.type} GPU") + "s" * (have != 1)
             raise BadInput(
-                f"hardware.devices {devices}: this node has only {len(inv.devices)} usable "
-                f"{unit}: lower it or leave it out"
+                f"hardware.devices {devices}: this node has only {have} usable {unit}: lower it "
+                "or leave it out"
             )
         inv = replace(inv, devices=inv.devices[:devices])
     return inv
