@@ -6,9 +6,9 @@
 #   1. `tuner gpus --json`: NVML through nvidia-ml-py, the same code a study runs; exits 4 where
 #      NVML is not available (no driver), and this script stops there.
 #   2. HBM bandwidth (a device-to-device copy of 4 GiB: bytes read + written per second), the
-#      dense BF16 matmul rate (8192^3 GEMMs) and, where the GPU has FP8 tensor cores (Hopper
-#      and later), the dense FP8 e4m3 rate (torch._scaled_mm, BF16 out), timed with CUDA events
-#      on GPU 0, median of 20.
+#      dense BF16 matmul rate (8192^3 GEMMs) and, where the GPU has FP8 tensor cores (compute
+#      capability 8.9 and later: Ada, Hopper, Blackwell), the dense FP8 e4m3 rate
+#      (torch._scaled_mm, BF16 out), timed with CUDA events on GPU 0, median of 20.
 #   3. A table: measured | datasheet (tuner/data/gpus.csv) | what the performance model uses
 #      (datasheet x its calibrated efficiency, tuner/data/perfmodel_calibration.json) | the
 #      measured share of the datasheet.
