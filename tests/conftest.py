@@ -90,10 +90,10 @@ def tiny_model(tmp_path_factory) -> Path:
 
 # vLLM's CPU build starts a TP1 server as three processes that each import vLLM and PyTorch in
 # turn (API server, engine core, worker). With this, the worker runs inside the engine core (vLLM's
-# uni executor): here 15 s and 15 CPU-s less per server start (bench/server_start.py). vLLM binds
-# a rank's threads to its cores only in its multiprocess executor, so only the tests whose servers
-# run one at a time use it; those of parallel trials, of several workers and of stopping a
-# server's whole process tree keep vLLM's default. TP > 1 servers keep their worker processes.
+# uni executor): here 15 s and 15 CPU-s less per server start (bench/server_start.py). That
+# executor does not bind the worker's threads to VLLM_CPU_OMP_THREADS_BIND's cores, but tuner holds
+# each CPU server's processes to its cores (the launcher), so servers that run side by side still
+# keep to a core each. Every test spec has it (`base_spec`); TP > 1 servers keep their workers.
 TP1_WORKER_IN_ENGINE_CORE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -107,7 +107,8 @@ def base_spec(model: Path, space: str = "tiny-moe-cpu", **overrides) -> dict:
             "name": "vllm",
             "args": {"max-model-len": 256, "dtype": "bfloat16", "enforce-eager": True,
                      "enable-prefix-caching": False},
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
+                    **TP1_WORKER_IN_ENGINE_CORE},
             "ready_timeout_s": 180,
         },
         "hardware": {"gpu_type": "cpu"},
@@ -145,8 +146,6 @@ def real_study_dir(tmp_path_factory, tiny_model) -> Path:
     d = tmp_path_factory.mktemp("study")
     write_yaml(d / "space.yaml", E2E_SPACE)
     spec = base_spec(tiny_model, space="space.yaml")
-    spec["budget"]["confirm_top_k"] = 1  # the end-of-run confirmation, on the winner only
-    spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)  # one trial at a time
     write_yaml(d / "study.yaml", spec)
     proc = run_tuner("run", "study.yaml", cwd=d)
     (d / "run.out").write_text(proc.stdout + proc.stderr)

@@ -1,10 +1,12 @@
 """One real study that several engine tests read, so its servers start once per session.
 
-`parallel_study`: three TP1 configurations that `tuner run` measured two at a time
-(budget.parallel_trials: each server on a core of its own), while the dashboard's data layer read
-the study's SQLite database in a loop; then `tuner confirm --top 2` re-ran the best two, each in
-a fresh server. The tests of confirmation (test_e2e_confirm.py), of parallel trials
-(test_e2e_interrupt.py) and of reading a running study (test_e2e_workers.py) check it.
+`parallel_study`: three TP1 configurations (batch limits 2, 4 and 8) of the shipped load-search
+example (`concurrency: auto`: each trial searches its load up to its batch limit), which `tuner
+run` measured two at a time (budget.parallel_trials: each server on a core of its own) while the
+dashboard's data layer read the study's SQLite database in a loop; the run ended by confirming
+its best two, each in a fresh server (budget.confirm_top_k). The tests of confirmation
+(test_e2e_confirm.py), of parallel trials (test_e2e_interrupt.py), of the load search
+(test_e2e_load_search.py) and of reading a running study (test_e2e_workers.py) check it.
 """
 
 from __future__ import annotations
@@ -19,19 +21,23 @@ import pytest
 
 from tests.conftest import (
     NO_VLLM,
+    REPO,
+    TP1_WORKER_IN_ENGINE_CORE,
     TUNER,
-    base_spec,
-    run_tuner,
     vllm_available,
     wait_for,
     write_yaml,
 )
+from tuner.spec.yamlio import read_yaml
 
-PARALLEL_STUDY = "confirm-study"
-# Three configurations that all run on the CPU build: only the batch limit differs.
+PARALLEL_STUDY = "parallel-study"
+# Three configurations that all run on the CPU build: only the batch limit, the bound of each
+# trial's load search, differs.
+BATCH_LIMITS = [2, 4, 8]
 SPACE = {"name": "three", "engine": "vllm",
          "parameters": {"tensor_parallel_size": {"values": [1]},
-                        "max_batch_size": {"values": [4, 8, 16]}}}
+                        "max_batch_size": {"values": BATCH_LIMITS}}}
+REQUESTS_PER_LEVEL = 12
 
 
 @dataclass
@@ -45,7 +51,7 @@ class Reads:
 
 @dataclass
 class ParallelStudy:
-    folder: Path  # tuner.db, study.yaml, run.out (`tuner run`), confirm.out (`tuner confirm`)
+    folder: Path  # tuner.db, study.yaml, run.out (`tuner run`)
     name: str
     reads: Reads
 
@@ -54,14 +60,20 @@ class ParallelStudy:
 def parallel_study(tmp_path_factory, tiny_model) -> ParallelStudy:
     if not vllm_available():
         pytest.fail(NO_VLLM)
-    d = tmp_path_factory.mktemp("confirm")
+    d = tmp_path_factory.mktemp("parallel")
     write_yaml(d / "space.yaml", SPACE)
-    # Confirmation is the separate `tuner confirm` below, so the first run leaves it off.
-    spec = base_spec(tiny_model, space="space.yaml", name=PARALLEL_STUDY,
-                     budget={"n_trials": 3, "parallel_trials": 2, "trial_timeout_s": 400,
-                             "confirm_top_k": 0})
-    spec["workload"] = {"input_len": 32, "output_len": 32, "concurrency": [4],
-                        "requests_per_level": 16, "warmup_requests": 2}
+    spec = read_yaml(REPO / "examples" / "tiny-moe-auto-cpu.yaml", "study spec")
+    spec.update(name=PARALLEL_STUDY, search_space="space.yaml", model={"path": str(tiny_model)},
+                sampler={"name": "grid", "seed": 0},
+                budget={"n_trials": 3, "parallel_trials": 2, "trial_timeout_s": 400,
+                        "confirm_top_k": 2},
+                sla={"ttft_p90_ms": 5000, "min_tok_s_per_user_p90": 1},  # met up to the bound
+                # The quality gate's reference server is tested in test_e2e_quality.py.
+                quality={"enabled": False})
+    spec["engine"]["args"]["max-model-len"] = 256
+    spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)
+    spec["workload"].update(input_len=32, output_len=32, requests_per_level=REQUESTS_PER_LEVEL,
+                            max_rounds=1, warmup_requests=2)
     write_yaml(d / "study.yaml", spec)
     with open(d / "run.out", "w") as out:
         run = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=d, stdout=out,
@@ -74,9 +86,6 @@ def parallel_study(tmp_path_factory, tiny_model) -> ParallelStudy:
             run.kill()
         run.wait()
     assert run.returncode == 0, (d / "run.out").read_text()[-3000:]
-    proc = run_tuner("confirm", "study.yaml", "--top", "2", cwd=d)
-    (d / "confirm.out").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return ParallelStudy(d, PARALLEL_STUDY, reads)
 
 

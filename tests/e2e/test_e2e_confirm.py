@@ -1,5 +1,6 @@
-"""`tuner confirm` on real vLLM CPU servers: the top 2 of 3 trials measured again, each in a
-fresh server, and the winner exported with both runs."""
+"""Confirmation on real vLLM CPU servers: at the end of `tuner run` (budget.confirm_top_k) the
+top 2 of 3 trials are measured again, each in a fresh server, and the winner is exported with
+both runs; `tuner confirm` then finds nothing left to confirm."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import run_tuner
+from tests.e2e.conftest import REQUESTS_PER_LEVEL
 from tuner.search import rules
 from tuner.store import Store
 
@@ -17,22 +19,24 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def confirmed(parallel_study):
-    """conftest's study of three configurations (only the batch limit differs), after
-    `tuner confirm --top 2`."""
+    """conftest's study of three configurations (only the batch limit differs), whose run
+    ended by confirming its top 2."""
     return parallel_study.folder
 
 
 def test_confirm_reruns_the_top_two_each_in_a_fresh_server(confirmed):
     with Store.open(f"sqlite:///{confirmed}/tuner.db", create=False) as store:
-        trials = [t for t in store.trials("confirm-study") if t.state == "complete"]
+        trials = [t for t in store.trials("parallel-study") if t.state == "complete"]
     assert len(trials) == 3
     ranked = sorted(trials, key=lambda t: t.objective, reverse=True)
     for t in ranked[:2]:
         assert t.confirm_state in ("confirmed", "inconclusive", "differs"), t.confirm_reason
-        assert [m.concurrency for m in t.confirmation] == [4]
-        # A round is 16 completions; the timed ones started inside it (at most 4 were in flight
-        # when it began: the closed loop never drains).
-        assert 16 - 4 <= t.confirmation[0].requests <= 16
+        # The re-run searched its load again, and met the SLA up to the same bound.
+        assert [m.concurrency for m in t.confirmation] == [m.concurrency for m in t.measurements]
+        for m in t.confirmation:
+            # The timed completions of a round started inside it (at most `concurrency` were
+            # in flight when it began: the closed loop never drains).
+            assert REQUESTS_PER_LEVEL - m.concurrency <= m.requests <= REQUESTS_PER_LEVEL
     assert ranked[2].confirm_state is None and ranked[2].confirmation == []
     connection = sqlite3.connect(confirmed / "tuner.db")
     servers = connection.execute("SELECT trial_id, pid, stopped_at FROM tuner_servers").fetchall()
@@ -43,18 +47,19 @@ def test_confirm_reruns_the_top_two_each_in_a_fresh_server(confirmed):
         by_trial.setdefault(trial_id, []).append(pid)
     # Each confirmed trial had two servers of its own: its first run and its confirmation.
     assert sorted(len(set(pids)) for pids in by_trial.values()) == [1, 2, 2]
-    out = (confirmed / "confirm.out").read_text()
+    out = (confirmed / "run.out").read_text()
+    assert "confirmation: re-running the top 2 in a fresh server each" in out
     assert out.count("confirm trial ") == 2
 
 
 def test_the_winner_is_exported_with_both_runs(confirmed):
     with Store.open(f"sqlite:///{confirmed}/tuner.db", create=False) as store:
-        trials = store.trials("confirm-study")
+        trials = store.trials("parallel-study")
         # The best confirmed trial; with only inconclusive confirmations, the best first run.
-        winner = rules.winner(store.get_study("confirm-study"), trials)
+        winner = rules.winner(store.get_study("parallel-study"), trials)
     assert winner.confirm_state is not None
     record = json.loads(
-        (confirmed / "tuner-exports" / "confirm-study" / "best.json").read_text())
+        (confirmed / "tuner-exports" / "parallel-study" / "best.json").read_text())
     assert record["trial"] == winner.number
     assert record["objective"]["value"] == winner.objective
     assert [m["output_tok_s_per_gpu"] for m in record["measurements"]] == [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REPO, TP1_WORKER_IN_ENGINE_CORE, base_spec, run_tuner, write_yaml
+from tests.conftest import REPO, base_spec, run_tuner, write_yaml
 from tuner.store import Store
 
 pytestmark = [
@@ -28,7 +28,6 @@ def quality_study(tmp_path_factory, tiny_model):
                      sampler={"name": "grid"},
                      quality={"prompts": 16, "max_tokens": 24})
     spec["engine"]["args"]["max-num-seqs"] = 16
-    spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)  # one server at a time
     write_yaml(d / "study.yaml", spec)
     proc = run_tuner("run", "study.yaml", cwd=d)
     (d / "run.out").write_text(proc.stdout + proc.stderr)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import TP1_WORKER_IN_ENGINE_CORE, TUNER, base_spec, write_yaml
+from tests.conftest import TUNER, base_spec, write_yaml
 from tuner.store import Store
 
 pytestmark = [
@@ -38,8 +38,6 @@ def test_ngram_acceptance_is_read_from_the_engine_per_prompt_source(
                          budget={"n_trials": 1, "confirm_top_k": 0},
                          storage=f"sqlite:///{source}.db")
         spec["engine"]["ready_timeout_s"] = 400  # two servers start at once, on a core each
-        # Each tuner's affinity is its one core, so its server's threads stay on it unbound.
-        spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)
         spec["workload"]["prompt_source"] = source
         spec["workload"]["concurrency"] = [4]
         write_yaml(tmp_path / f"{source}.yaml", spec)

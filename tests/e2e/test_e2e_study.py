@@ -104,16 +104,6 @@ def test_the_run_prints_the_winner_and_exports_it(study_dir):
     assert config["tensor-parallel-size"] == record["parameters"]["tensor_parallel_size"]
 
 
-def test_the_run_ends_by_confirming_its_winner_in_a_fresh_server(study_dir):
-    out = (study_dir / "run.out").read_text()
-    assert "confirmation: re-running the top 1 in a fresh server each" in out
-    record = json.loads((study_dir / "tuner-exports" / "test-study" / "best.json").read_text())
-    confirmation = record["confirmation"]
-    assert confirmation["state"] in ("confirmed", "inconclusive", "differs")
-    assert [m["concurrency"] for m in confirmation["measurements"]] == [2, 8]
-    assert confirmation["value"] > 0
-
-
 def test_rerunning_the_study_runs_nothing_twice(study_dir):
     before = len(_store(study_dir).trials("test-study"))
     proc = run_tuner("run", "study.yaml", cwd=study_dir, timeout=120)

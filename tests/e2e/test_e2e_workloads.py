@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import REPO, TP1_WORKER_IN_ENGINE_CORE, base_spec, run_tuner, write_yaml
+from tests.conftest import REPO, base_spec, run_tuner, write_yaml
 from tuner.store import Store
 
 pytestmark = [
@@ -27,7 +27,6 @@ def test_chat_from_a_jsonl_file_at_a_poisson_rate_in_rounds_with_engine_gauges(t
     spec = base_spec(tmp_path / "tiny-qwen3-moe", space="space.yaml", name="chat-poisson",
                      budget={"n_trials": 1, "trial_timeout_s": 240, "confirm_top_k": 0})
     spec["model"]["generate"] = "tiny-qwen3-moe"
-    spec["engine"]["env"].update(TP1_WORKER_IN_ENGINE_CORE)  # its one server runs alone
     spec["workload"] = {
         "prompt_source": "file", "prompt_file": "prompts.jsonl", "api": "chat",
         "input_len": 96, "output_len": 64, "output_len_from": "dataset",

@@ -420,7 +420,9 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
     plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
                                    inventory=ctx.inventory, devices=devices,
                                    workdir=str(workdir.resolve()))
-    return plan, ServerProcess(plan, workdir)
+    # On a CPU node the devices are cores, and the server is held to its own (launcher).
+    cpus = tuple(devices[: plan.gpus]) if ctx.inventory.kind == "cpu" else None
+    return plan, ServerProcess(plan, workdir, cpus=cpus)
 
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,

@@ -16,7 +16,7 @@ from tuner.spec.errors import BadInput
 
 @dataclass(frozen=True)
 class Inventory:
-    kind: str  # "cpu" (or "gpu", once NVML inventory exists)
+    kind: str  # "cpu" or "gpu"
     type: str  # the spec's hardware.gpu_type it satisfies
     devices: tuple[int, ...]
     description: str

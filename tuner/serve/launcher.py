@@ -9,6 +9,11 @@ stopped in every path: normal end, failure, Ctrl-C, SIGTERM, and, since a SIGKIL
 cleanup, through two more guards: the server's leader gets SIGTERM when the tuner dies (Linux
 parent-death signal), and each server's process group is recorded in the store so the next run on
 this host reaps whatever survived.
+
+On a CPU node a server is held to the cores it was given (its processes' CPU affinity, set before
+the engine starts): vLLM binds only its workers' OpenMP threads (VLLM_CPU_OMP_THREADS_BIND), so
+without it the API server and engine core float over every core, onto a neighbour's, and a
+per-core figure depends on what else runs on the node.
 """
 
 from __future__ import annotations
@@ -48,16 +53,22 @@ def server_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
 
 
-def _own_group_dying_with_parent() -> None:  # runs in the child between fork and exec
-    os.setpgid(0, 0)  # a group of its own, in tuner's session (see the module's docstring)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _child_setup(new_session: bool, cpus: tuple[int, ...] | None) -> Callable[[], None]:
+    """What the server's leader does between fork and exec: a group of its own in tuner's session
+    (see the module's docstring; a session of its own only to compare, bench/launch_stalls.py),
+    SIGTERM when tuner dies, and on a CPU node its cores."""
 
+    def setup() -> None:
+        if new_session:
+            os.setsid()
+        else:
+            os.setpgid(0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # inherited by every process and thread it starts
 
-def _new_session_dying_with_parent() -> None:
-    os.setsid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return setup
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -94,6 +105,8 @@ class ServerProcess:
     # True starts the server in a session of its own, as tuner did before; only for comparing
     # the two (bench/launch_stalls.py).
     new_session: bool = False
+    # The cores the server is held to on a CPU node (None: any, as on a GPU node).
+    cpus: tuple[int, ...] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -112,8 +125,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=(_new_session_dying_with_parent if self.new_session
-                            else _own_group_dying_with_parent),
+                preexec_fn=_child_setup(self.new_session, self.cpus),
             )
         finally:
             log.close()
