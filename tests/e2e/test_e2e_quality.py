@@ -1,7 +1,7 @@
 """The quality gate on real vLLM (CPU build) trials of the tiny gpt-oss: an FP8 (e5m2) KV cache
 really changes its greedy answers and is recorded as a `quality` failure with its figures, while
 n-gram speculation, lossless under greedy decoding, matches the reference exactly. One study of
-three trials and one reference server: marked `engine`."""
+three trials (two at a time) and one reference server: marked `engine`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,11 @@ def quality_study(tmp_path_factory, tiny_model):
                                "concurrency": [4], "requests_per_level": 8,
                                "warmup_requests": 1},
                      sampler={"name": "grid"},
-                     quality={"prompts": 16, "max_tokens": 24})
+                     quality={"prompts": 16, "max_tokens": 24},
+                     # After the reference, the trials two at a time, a core each: greedy
+                     # answers do not depend on how fast the server runs.
+                     budget={"n_trials": 3, "parallel_trials": 2, "trial_timeout_s": 400,
+                             "confirm_top_k": 0})
     spec["engine"]["args"]["max-num-seqs"] = 16
     write_yaml(d / "study.yaml", spec)
     proc = run_tuner("run", "study.yaml", cwd=d)
