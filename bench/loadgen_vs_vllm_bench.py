@@ -2,7 +2,8 @@
 run. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
-        [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none]
+        [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none] \
+        [--server-cores 1]
 
 guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
 (the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
@@ -16,11 +17,13 @@ tokenize (vllm bench: random ids decoded, guidellm: generated text cut by the mo
 tuner: its corpus windows decoded), exactly `--output-len` tokens out (ignore_eos), greedy,
 streamed, `--concurrency` requests in flight (each client sends the next one when one ends),
 `--warmup` requests first and left out, then `--requests` timed ones; the order of the clients
-rotates from round to round so drift on a noisy machine favours none. Prints each round, then
-one table: the medians over rounds and each figure's ratio to vllm bench's (the median of the
-per-round ratios, and their range), then a verdict on output tok/s and median TTFT: within 5%
-only when the 95% bootstrap interval of the median ratio lies inside 0.95-1.05, not within when
-it lies outside, and undecided when the rounds vary too much to tell.
+rotates from round to round so drift on a noisy machine favours none. With `--server-cores N`
+the server is held to the first N cores and the clients to the rest, so on a small machine a
+client's own CPU use does not slow the server it measures (each client in turn). Prints each
+round, then one table: the medians over rounds and each figure's ratio to vllm bench's (the
+median of the per-round ratios, and their range), then a verdict on output tok/s and median TTFT:
+within 5% only when the 95% bootstrap interval of the median ratio lies inside 0.95-1.05, not
+within when it lies outside, and undecided when the rounds vary too much to tell.
 
 What each figure means, per client (from their source):
 - output tok/s: vllm bench, output tokens over the time from its first send to its last
@@ -214,6 +217,10 @@ def main() -> None:
     p.add_argument("--autogroup-nice", type=int, default=None,
                    help="run in a session of its own whose scheduling autogroup has this nice "
                         "(-20..19; below 0 needs root), so other sessions' work moves rounds less")
+    p.add_argument("--server-cores", type=int, default=None,
+                   help="hold the server (every process of it) to this many of the first cores "
+                        "and every client to the rest, so that no client runs on the server's "
+                        "cores (default: both may use every core, as a trial's clients do)")
     p.add_argument("--keep", type=Path, default=None,
                    help="a folder to keep every client's raw results in (per request)")
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
@@ -228,6 +235,14 @@ def main() -> None:
         own_autogroup(a.autogroup_nice)
     model, vocab, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
+    server_cpus = client_cpus = None
+    if a.server_cores is not None:
+        if not 0 < a.server_cores < len(inv.devices):
+            sys.exit(f"--server-cores: between 1 and {len(inv.devices) - 1} on this machine "
+                     f"({len(inv.devices)} cores), so the clients keep at least one")
+        server_cpus = inv.devices[:a.server_cores]
+        client_cpus = inv.devices[a.server_cores:]
+        inv = dataclasses.replace(inv, devices=server_cpus, per_rank=a.server_cores)
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
@@ -236,8 +251,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = a.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        server = ServerProcess(plan, Path(tmp) / "server")
+        server = ServerProcess(plan, Path(tmp) / "server", cpus=server_cpus)
         server.start()
+        if client_cpus is not None:  # this process and every client it starts from now on
+            os.sched_setaffinity(0, client_cpus)
+            print(f"server on cores {list(server_cpus)}, clients on {list(client_cpus)}")
         try:
             server.wait_ready(300)
             rows = []

@@ -34,12 +34,13 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def run_bad(workdir: Path, spec: dict, *extra: str) -> str:
+    """`tuner run` of `spec`, in this process (`call_tuner`): its one-line error."""
     write_yaml(workdir / "study.yaml", spec)
     before = digest(workdir / "tuner.db")
-    proc = run_tuner("run", "study.yaml", *extra, cwd=workdir, timeout=120)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    outcome = call_tuner("run", "study.yaml", *extra, cwd=workdir)
+    assert outcome.code == 2, outcome.stdout + outcome.stderr
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1, outcome.stderr
     assert digest(workdir / "tuner.db") == before
     assert Store.open(f"sqlite:///{workdir}/tuner.db").get_study("kept") is not None
     return lines[0]
@@ -101,8 +102,8 @@ def test_a_missing_engine_executable_is_named(workdir):
 
 
 def test_a_missing_spec_file(workdir):
-    proc = run_tuner("run", "absent.yaml", cwd=workdir, timeout=60)
-    assert proc.returncode == 2 and "absent.yaml does not exist" in proc.stderr
+    outcome = call_tuner("run", "absent.yaml", cwd=workdir)
+    assert outcome.code == 2 and "absent.yaml does not exist" in outcome.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -111,6 +112,7 @@ def test_a_missing_spec_file(workdir):
     (("run",), "Missing argument 'STUDY.yaml'"),
 ])
 def test_a_usage_error_is_one_line_and_bad_input(workdir, args, message):
+    # The console script itself, in a process of its own: what a user's shell sees.
     proc = run_tuner(*args, cwd=workdir, timeout=60)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -139,12 +141,10 @@ def test_a_file_that_is_not_a_database_is_refused_and_left_alone(workdir):
 
 
 def test_reading_commands_do_not_create_a_database(tmp_path):
-    proc = run_tuner("status", cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and "tuner run" in proc.stderr
+    outcome = call_tuner("status", cwd=tmp_path)
+    assert outcome.code == 2 and "tuner run" in outcome.stderr
     assert not (tmp_path / "tuner.db").exists()
 
-
-# The checks below run in this process (`call_tuner`), which runs what the console script runs.
 
 def fresh_study(tmp_path: Path, **overrides) -> Path:
     """A directory with a study spec whose model has a word-level tokenizer of the corpus, and

@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_tuner, write_yaml
+from tests.conftest import REPO, call_tuner, write_yaml
 from tuner.plan import perfmodel as pm
 from tuner.plan import planner, study_fit
 from tuner.plan.dry_run import offline_study
@@ -182,8 +182,8 @@ def test_export_writes_every_configuration_and_level(tmp_path: Path, suffix: str
 
 
 def test_a_cpu_spec_cannot_be_planned(tmp_path: Path):
-    proc = run_tuner("plan", str(small_spec(tmp_path, gpu="cpu")), cwd=tmp_path)
-    assert proc.returncode == 2
+    proc = call_tuner("plan", str(small_spec(tmp_path, gpu="cpu")), cwd=tmp_path)
+    assert proc.code == 2
     assert "datasheet figures" in proc.stderr and "--gpu" in proc.stderr
 
 
@@ -191,9 +191,9 @@ def test_a_cpu_spec_cannot_be_planned(tmp_path: Path):
 
 
 def test_plan_on_h100_marks_what_cannot_fit_and_prints_front_and_candidates(tmp_path: Path):
-    proc = run_tuner("plan", str(EXAMPLE), "--gpu", "H100-SXM", "--export",
-                     str(tmp_path / "plan.csv"), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = call_tuner("plan", str(EXAMPLE), "--gpu", "H100-SXM", "--export",
+                      str(tmp_path / "plan.csv"), cwd=tmp_path)
+    assert proc.code == 0, proc.stderr
     out = proc.stdout
     assert "46,080 configurations: 23,520 break an engine rule" in out
     assert "at c=256" in out and "do not fit, e.g. tp=1 dp=1" in out
@@ -227,8 +227,8 @@ def test_plan_on_h100_ranks_nothing_vllms_recipe_says_runs_out_of_memory():
 def test_plan_stores_predictions_apart_from_measurements(tmp_path: Path):
     spec_path = small_spec(tmp_path)
     url = f"sqlite:///{tmp_path / 'plans.db'}"
-    proc = run_tuner("plan", str(spec_path), "--storage", url, "--study", "mine", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = call_tuner("plan", str(spec_path), "--storage", url, "--study", "mine", cwd=tmp_path)
+    assert proc.code == 0, proc.stderr
     # 24 configurations pass the engine rules on Hopper, each at 4 concurrency levels.
     assert "stored 96 predictions (source perfmodel) under study mine" in proc.stdout
     with Store.open(url, create=False) as store:
@@ -236,8 +236,8 @@ def test_plan_stores_predictions_apart_from_measurements(tmp_path: Path):
         assert len(stored) == 96 and {p.source for p in stored} == {"perfmodel"}
         assert store.list_studies() == [] and store.trials("mine") == []
     # Planning again replaces, never duplicates.
-    assert run_tuner("plan", str(spec_path), "--storage", url, "--study", "mine",
-                     cwd=tmp_path).returncode == 0
+    assert call_tuner("plan", str(spec_path), "--storage", url, "--study", "mine",
+                      cwd=tmp_path).code == 0
     with Store.open(url, create=False) as store:
         assert len(store.predictions("mine")) == 96
 
@@ -407,9 +407,9 @@ def test_calibrating_to_a_study_reduces_the_error_on_its_measurements(tmp_path: 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     synthetic_study(url, truth)
     out = tmp_path / "cal.json"
-    proc = run_tuner("plan", "--calibrate", "gpt-oss-120b-h200", "--storage", url, "--out",
-                     str(out), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = call_tuner("plan", "--calibrate", "gpt-oss-120b-h200", "--storage", url, "--out",
+                      str(out), cwd=tmp_path)
+    assert proc.code == 0, proc.stderr
     median = _errors(proc.stdout, "error before") + _errors(proc.stdout, "error after")
     assert median[0] > 10 and median[1] < 2
     held_out = _errors(proc.stdout, "held-out trials (12")
@@ -453,9 +453,9 @@ def test_calibrating_to_the_tiny_cpu_study_lowers_the_error_on_its_held_out_tria
     url = f"sqlite:///{tmp_path / 'tiny.db'}"
     name = tiny_cpu_study(url)
     out = tmp_path / "tiny.json"
-    proc = run_tuner("plan", "--calibrate", name, "--storage", url, "--out", str(out),
-                     cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    proc = call_tuner("plan", "--calibrate", name, "--storage", url, "--out", str(out),
+                      cwd=tmp_path)
+    assert proc.code == 0, proc.stderr
     before, after = _errors(proc.stdout, "held-out trials (3")
     assert after < before
     assert "measured ngram acceptance rate" in proc.stdout
@@ -468,8 +468,8 @@ def test_calibrating_to_the_tiny_cpu_study_lowers_the_error_on_its_held_out_tria
 def test_calibrating_a_study_that_does_not_exist_is_bad_input(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     Store.open(url).close()
-    proc = run_tuner("plan", "--calibrate", "nope", "--storage", url, cwd=tmp_path)
-    assert proc.returncode == 2 and "no such study" in proc.stderr
+    proc = call_tuner("plan", "--calibrate", "nope", "--storage", url, cwd=tmp_path)
+    assert proc.code == 2 and "no such study" in proc.stderr
 
 
 def test_optuna_enqueued_warm_start_trials_are_not_queued_twice_on_resume(tmp_path: Path):

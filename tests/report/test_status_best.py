@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import run_tuner
+from tests.conftest import call_tuner
 from tests.report.test_export import LEVEL, add_trial, study_store
 from tuner.report.tables import studies_frame
 
@@ -19,9 +19,9 @@ def test_status_shows_the_confirmed_winner_that_tuner_best_shows(tmp_path):
     row = studies_frame([store.get_study("s")], store.trials).iloc[0]
     assert (row["best trial"], row["best tok/s/GPU"]) == (1, 800.0)
 
-    status = run_tuner("status", cwd=tmp_path, timeout=60)
-    best = run_tuner("best", cwd=tmp_path, timeout=60)
-    assert status.returncode == best.returncode == 0, status.stderr + best.stderr
+    status = call_tuner("status", cwd=tmp_path)
+    best = call_tuner("best", cwd=tmp_path)
+    assert status.code == best.code == 0, status.stderr + best.stderr
     assert "best of study s: trial 1" in best.stdout and "800 output tok/s" in best.stdout
     header, first = status.stdout.splitlines()[:2]
     assert "best trial" in header and "best tok/s/GPU" in header
@@ -40,9 +40,9 @@ def test_status_and_best_show_usd_per_million_tokens_and_the_price_they_rest_on(
     add_trial(store, 0, {"max_batch_size": 4}, 900.0, True, gpus=1)
     # By hand: the table's example core-hour (0.0408 USD) over 512 tok/s x 3,600 s.
     cost = f"{0.0408 / (LEVEL.output_tok_s * 3600) * 1e6:,.4g}"
-    status = run_tuner("status", "--study", "s", cwd=tmp_path, timeout=60)
-    best = run_tuner("best", cwd=tmp_path, timeout=60)
-    assert status.returncode == best.returncode == 0, status.stderr + best.stderr
+    status = call_tuner("status", "--study", "s", cwd=tmp_path)
+    best = call_tuner("best", cwd=tmp_path)
+    assert status.code == best.code == 0, status.stderr + best.stderr
     lines = status.stdout.splitlines()
     assert "best USD/Mtok" in lines[0] and cost in lines[1]
     trials_header = next(line for line in lines[2:] if line.strip().startswith("trial"))

@@ -16,7 +16,7 @@ import yaml
 from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
-from tests.conftest import run_tuner
+from tests.conftest import call_tuner
 from tuner.search.bridge import Heartbeat, optuna_storage
 from tuner.search.recovery import reap_stale
 from tuner.spec.study_spec import BudgetSpec
@@ -194,10 +194,10 @@ def test_the_workers_job_reads_the_storage_url_from_a_secret(tmp_path):
     with Store.open(url) as store:
         store.ensure_study("big", engine="vllm", model="/models/gpt-oss-120b", gpu_type="H200",
                            spec=SPEC, space={}, tuner_version="test")
-    proc = run_tuner("export", "--storage", url, "--format", "k8s-workers", "--workers", "4",
-                     "--image", "registry.example/tuner:1", "--secret", "db-url",
-                     "--out", tmp_path / "out", cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = call_tuner("export", "--storage", url, "--format", "k8s-workers", "--workers", "4",
+                      "--image", "registry.example/tuner:1", "--secret", "db-url",
+                      "--out", tmp_path / "out", cwd=tmp_path)
+    assert proc.code == 0, proc.stderr
     text_ = (tmp_path / "out" / "k8s-workers.yaml").read_text()
     assert "kubectl create secret generic db-url" in text_
     docs = [d for d in yaml.safe_load_all(text_) if d]
@@ -220,22 +220,20 @@ def test_the_workers_job_needs_an_image(tmp_path):
     with Store.open(url) as store:
         store.ensure_study("big", engine="vllm", model="/m", gpu_type="H200", spec=SPEC,
                            space={}, tuner_version="test")
-    proc = run_tuner("export", "--storage", url, "--format", "k8s-workers", cwd=tmp_path,
-                     timeout=120)
-    assert proc.returncode == 2
+    proc = call_tuner("export", "--storage", url, "--format", "k8s-workers", cwd=tmp_path)
+    assert proc.code == 2
     assert "needs --image" in proc.stderr
 
 
 def test_a_worker_of_a_study_that_does_not_exist_is_bad_input(tmp_path):
     url = f"sqlite:///{tmp_path}/tuner.db"
     Store.open(url).close()
-    proc = run_tuner("worker", "--study", "nope", "--storage", url, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2
+    proc = call_tuner("worker", "--study", "nope", "--storage", url, cwd=tmp_path)
+    assert proc.code == 2
     assert "--study nope: no such study" in proc.stderr
     assert "--create-only" in proc.stderr
-    proc = run_tuner("worker", "--devices", "first", "--storage", url, cwd=tmp_path,
-                     timeout=120)
-    assert proc.returncode == 2
+    proc = call_tuner("worker", "--devices", "first", "--storage", url, cwd=tmp_path)
+    assert proc.code == 2
     assert "--devices first: give device indices" in proc.stderr
 
 
