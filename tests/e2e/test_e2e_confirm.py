@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import run_tuner
+from tests.conftest import call_tuner
 from tests.e2e.conftest import REQUESTS_PER_LEVEL
 from tuner.search import rules
 from tuner.store import Store
@@ -70,9 +70,9 @@ def test_the_winner_is_exported_with_both_runs(confirmed):
 
 
 def test_best_shows_the_confirmation_and_confirming_again_reruns_nothing(confirmed):
-    best = run_tuner("best", cwd=confirmed, timeout=60)
-    assert best.returncode == 0, best.stderr
+    best = call_tuner("best", cwd=confirmed)
+    assert best.code == 0, best.stderr
     assert "confirmation in a fresh server:" in best.stdout
-    again = run_tuner("confirm", "study.yaml", "--top", "2", cwd=confirmed, timeout=120)
-    assert again.returncode == 0, again.stderr
+    again = call_tuner("confirm", "study.yaml", "--top", "2", cwd=confirmed)
+    assert again.code == 0, again.stderr
     assert "no unconfirmed trial among the top 2" in again.stdout

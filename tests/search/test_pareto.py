@@ -9,7 +9,7 @@ import json
 import optuna
 import pytest
 
-from tests.conftest import run_tuner
+from tests.conftest import call_tuner
 from tests.search.test_loop import landscape_study
 from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
@@ -71,9 +71,9 @@ def test_export_writes_the_front_s_pick_and_its_measured_point_meets_the_target(
     picked = {}
     for target in (10, 30):
         out = tmp_path / f"export-{target}"
-        done = run_tuner("export", "--storage", ctx.storage_url, "--min-tok-s-per-user",
-                         target, "--out", out, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
+        done = call_tuner("export", "--storage", ctx.storage_url, "--min-tok-s-per-user",
+                          target, "--out", out, cwd=tmp_path)
+        assert done.code == 0, done.stderr
         record = json.loads((out / "best.json").read_text())
         assert record["schema_version"] == 5
         assert record["objective"]["min_tok_s_per_user"] == target
@@ -81,9 +81,9 @@ def test_export_writes_the_front_s_pick_and_its_measured_point_meets_the_target(
         assert record["objective"]["meets_sla"]
         picked[target] = record["parameters"]["max_batch_size"]
     assert picked == {10: 16, 30: 4}
-    unreachable = run_tuner("best", "--storage", ctx.storage_url, "--min-tok-s-per-user",
-                            10_000, cwd=tmp_path)
-    assert unreachable.returncode == 3
+    unreachable = call_tuner("best", "--storage", ctx.storage_url, "--min-tok-s-per-user",
+                             10_000, cwd=tmp_path)
+    assert unreachable.code == 3
     assert "--min-tok-s-per-user 10000: no level" in unreachable.stderr
 
 
