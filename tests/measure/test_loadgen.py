@@ -330,8 +330,7 @@ def test_synthetic_prompts_refuse_a_vocabulary_left_empty():
 
 
 def test_chat_requests_are_streamed_chat_completions_timed_from_the_first_content():
-    # 50 ms between tokens: a gap the role announcement would add is ~0 ms, while a late
-    # wake-up on a busy machine (the next token keeps its deadline) shortens one by far less.
+    # The fake server announces the role at once, then the first token 50 ms later.
     server = FakeOpenAIServer(Script(ttft_s=0.050, itl_s=0.050))
     messages = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Name three colours"}]
@@ -346,8 +345,10 @@ def test_chat_requests_are_streamed_chat_completions_timed_from_the_first_conten
     }
     for r in runs[0].results:
         assert r.ok and (r.prompt_tokens, r.output_tokens) == (5, 6)
-        # The role announcement is not a token: 6 tokens, 5 gaps, none of them ~0 ms.
-        assert len(r.itl_s) == 5 and min(r.itl_s) > 0.025
+        # The role announcement is not a token: 6 tokens make 5 gaps (a 7th chunk counted would
+        # make 6), and the first token is the first content, 50 ms in, not the role at ~0 ms.
+        # No gap's size is asserted: on a busy machine two tokens can arrive in one read.
+        assert len(r.itl_s) == 5
         assert r.ttft_s >= 0.050
 
 
