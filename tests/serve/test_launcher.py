@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,45 +57,40 @@ def test_a_server_becomes_ready_and_stopping_it_stops_its_whole_group(tmp_path):
     assert not s.alive()
 
 
-def test_a_server_on_cpu_cores_and_every_process_it_spawns_are_held_to_them(tmp_path):
-    before = os.sched_getaffinity(0)
-    core = max(before)  # one core, not all of them
+@contextlib.contextmanager
+def ready_server(tmp_path, **options):
+    """The stand-in server, started with `options` and ready; stopped on leaving."""
     port = free_port()
     s = ServerProcess(_plan([sys.executable, "-c", SERVER, str(port)], port), tmp_path,
-                      cpus=(core,))
+                      **options)
     s.start()
     try:
         s.wait_ready(30)
+        yield s
+    finally:
+        s.stop(grace_s=5)
+
+
+def test_a_server_on_cpu_cores_and_every_process_it_spawns_are_held_to_them(tmp_path):
+    before = os.sched_getaffinity(0)
+    core = max(before)  # one core, not all of them
+    with ready_server(tmp_path, cpus=(core,)) as s:
         members = group_members(s.pid, s.create_time)
         assert len(members) == 2
         assert [p.cpu_affinity() for p in members] == [[core], [core]]
-    finally:
-        s.stop(grace_s=5)
     assert os.sched_getaffinity(0) == before  # tuner's own is left as it was
 
 
 def test_a_server_without_cores_inherits_tuners_affinity(tmp_path):
-    port = free_port()
-    s = ServerProcess(_plan([sys.executable, "-c", SERVER, str(port)], port), tmp_path)
-    s.start()
-    try:
-        s.wait_ready(30)
+    with ready_server(tmp_path) as s:
         assert set(psutil.Process(s.pid).cpu_affinity()) == os.sched_getaffinity(0)
-    finally:
-        s.stop(grace_s=5)
 
 
 def test_the_server_has_a_group_of_its_own_inside_tuners_session(tmp_path):
     # A session of its own would be a scheduling autogroup of its own too (see the launcher).
-    port = free_port()
-    s = ServerProcess(_plan([sys.executable, "-c", SERVER, str(port)], port), tmp_path)
-    s.start()
-    try:
-        s.wait_ready(30)
+    with ready_server(tmp_path) as s:
         assert os.getpgid(s.pid) == s.pid != os.getpgid(0)
         assert os.getsid(s.pid) == os.getsid(0)
-    finally:
-        s.stop(grace_s=5)
 
 
 def test_a_server_that_exits_early_is_a_classified_failure(tmp_path):
