@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, call_tuner
+from tests.vllm_cli import parse_vllm_serve
 from tuner.plan.dry_run import dry_run
 from tuner.serve.engines.base import moe_backends
 from tuner.spec.study_spec import load_spec
@@ -73,15 +74,10 @@ def test_an_unknown_gpu_type_is_bad_input(tmp_path: Path):
 
 @pytest.mark.usefixtures("vllm_installed")
 def test_every_vllm_plan_is_accepted_by_vllms_own_parser(tmp_path: Path):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = make_arg_parser(FlexibleArgumentParser())
     for gpu in ("H200", "B200"):
         feasible, _ = plans("vllm", gpu, n=25)
         for p in feasible:
-            path = tmp_path / "config.yaml"
-            path.write_text(p.plan.files["config.yaml"])
-            args = parser.parse_args(["--model", p.plan.model, "--config", str(path)])
+            args = parse_vllm_serve(p.plan, tmp_path)
+            assert args.enable_prefix_caching is False  # as the example says, not vLLM's default
             assert args.tensor_parallel_size == p.params["tensor_parallel_size"]
             assert args.moe_backend == p.params["moe_backend"]

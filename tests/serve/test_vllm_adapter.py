@@ -1,7 +1,8 @@
 """The vLLM adapter: trial parameters -> `vllm serve --config` YAML, env and argv.
 
-The contract test feeds the emitted YAML to the installed vLLM's own argument parser: every flag
-tuner writes must be one vLLM accepts, with the value tuner meant.
+The contract test feeds the emitted command and YAML to the installed vLLM's own argument parser,
+the one `vllm serve` uses: every flag tuner writes must be one vLLM accepts, with the value tuner
+meant.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from tests.vllm_cli import parse_vllm_serve
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
 
@@ -30,12 +32,12 @@ def plan(config=CONFIG, inventory=CPU2, devices=(0, 1)):
                                            inventory=inventory, devices=list(devices))
 
 
-def test_parameters_become_vllm_config_keys_and_only_host_and_port_stay_on_the_command_line():
+def test_parameters_become_vllm_config_keys_and_only_host_port_and_switches_off_stay_outside():
     p = plan()
     assert p.argv == ["vllm", "serve", "/models/tiny", "--config", "config.yaml",
-                      "--host", "127.0.0.1", "--port", "8123"]
+                      "--no-enable-prefix-caching", "--host", "127.0.0.1", "--port", "8123"]
     assert yaml.safe_load(p.files["config.yaml"]) == {
-        "max-model-len": 512, "enforce-eager": True, "enable-prefix-caching": False,
+        "max-model-len": 512, "enforce-eager": True,
         "tensor-parallel-size": 2, "data-parallel-size": 1, "enable-expert-parallel": True,
         "max-num-seqs": 16, "max-num-batched-tokens": 2048,
         "speculative-config": {"method": "ngram", "num_speculative_tokens": 4},
@@ -66,35 +68,39 @@ def test_the_launch_command_points_at_the_exported_config():
 
 @pytest.mark.usefixtures("vllm_installed")
 def test_vllms_own_parser_accepts_every_flag_tuner_emits(tmp_path):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
     p = plan()
-    (tmp_path / "config.yaml").write_text(p.files["config.yaml"])
-    parser = make_arg_parser(FlexibleArgumentParser())
-    args = parser.parse_args(["--model", p.model, "--config", str(tmp_path / "config.yaml"),
-                              "--host", p.host, "--port", str(p.port)])
+    args = parse_vllm_serve(p, tmp_path)
+    assert args.model_tag == p.model and (args.host, args.port) == (p.host, p.port)
     assert args.tensor_parallel_size == 2
     assert args.data_parallel_size == 1
     assert args.enable_expert_parallel is True
     assert args.max_num_seqs == 16
     assert args.max_num_batched_tokens == 2048
-    assert args.enable_prefix_caching is False
+    assert args.enable_prefix_caching is False  # not None: vLLM's default would turn it on
     assert args.enforce_eager is True
     assert args.max_model_len == 512
     assert args.speculative_config == {"method": "ngram", "num_speculative_tokens": 4}
 
-    (tmp_path / "bad.yaml").write_text("max-num-seqz: 16\n")
+    bad = replace(p, files={"config.yaml": "max-num-seqz: 16\n"})
     with pytest.raises(SystemExit):  # the parser really refuses what it does not know
-        parser.parse_args(["--model", p.model, "--config", str(tmp_path / "bad.yaml")])
+        parse_vllm_serve(bad, tmp_path)
+
+
+@pytest.mark.usefixtures("vllm_installed")
+def test_a_switch_turned_off_in_vllms_config_file_is_dropped_so_tuner_puts_it_on_the_command_line(
+        tmp_path):
+    """Why false switches are `--no-...` flags: in the file, `vllm serve` 0.32 ignores them."""
+    p = plan()
+    in_file = replace(p, argv=[a for a in p.argv if not a.startswith("--no-")],
+                      files={"config.yaml": p.files["config.yaml"]
+                             + "enable-prefix-caching: false\n"})
+    assert parse_vllm_serve(in_file, tmp_path).enable_prefix_caching is None  # vLLM: on
+    assert parse_vllm_serve(p, tmp_path).enable_prefix_caching is False
 
 
 @pytest.mark.usefixtures("vllm_installed")
 @pytest.mark.parametrize("backend", ["triton", "flashinfer_cutlass", "flashinfer_trtllm", "marlin"])
 def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
     settings = EngineSettings(executable="vllm", model="openai/gpt-oss-120b",
                               args={"max-model-len": 10240, "stream-interval": 20},
                               env={}, draft_model="nvidia/gpt-oss-120b-Eagle3-v3")
@@ -106,9 +112,7 @@ def test_vllms_own_parser_accepts_the_gpu_flags(tmp_path, backend):
     p = get_adapter("vllm").launch_plan(config, settings, host="0.0.0.0", port=8000,
                                         inventory=GPU8, devices=[0, 1, 2, 3])
     assert p.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and p.gpus == 4
-    (tmp_path / "config.yaml").write_text(p.files["config.yaml"])
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
-        ["--model", p.model, "--config", str(tmp_path / "config.yaml")])
+    args = parse_vllm_serve(p, tmp_path)
     assert (args.moe_backend, args.kv_cache_dtype, args.gpu_memory_utilization) == (
         backend, "fp8", 0.9)
     # Graph sizes count tokens (batch x (1 + draft) when speculating): vLLM sizes them itself.

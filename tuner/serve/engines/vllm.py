@@ -2,9 +2,14 @@
 
 The trial's searched parameters and the study's fixed engine args go into one YAML config file
 (keys are vLLM's long flag names; nested mappings become JSON, as vLLM's own loader does), and
-only host and port stay on the command line. That file is what gets exported: a deploy runs the
-very configuration that was measured. Flags as of vLLM 0.32.0 (checked against its own argument
-parser in tests/test_vllm_adapter.py).
+only host, port and the switches turned off stay on the command line. The file and that command
+are what gets exported: a deploy runs the very configuration that was measured. Flags as of vLLM
+0.32.0 (checked against the parser `vllm serve` itself uses, in tests/serve/test_vllm_adapter.py).
+
+A switch set to false cannot go in the file: 0.32's loader turns `key: false` into `--no-key`
+only when its top-level parser knows that flag, and under `vllm serve` it does not (the flags
+belong to the subcommand), so it drops the key without a word. `enable-prefix-caching: false`
+in a config file leaves prefix caching on. So each false switch is `--no-key` on the command line.
 """
 
 from __future__ import annotations
@@ -101,9 +106,11 @@ class VllmAdapter:
         import yaml
 
         engine_config = self.engine_config(config, settings)
-        files = {CONFIG_FILE: yaml.safe_dump(engine_config, sort_keys=False)}
+        off = [key for key, value in engine_config.items() if value is False]
+        kept = {key: value for key, value in engine_config.items() if key not in off}
+        files = {CONFIG_FILE: yaml.safe_dump(kept, sort_keys=False)}
         argv = [settings.executable, "serve", settings.model, "--config", CONFIG_FILE,
-                "--host", host, "--port", str(port)]
+                *(f"--no-{key}" for key in off), "--host", host, "--port", str(port)]
         env = {**settings.env, **self.placement_env(config, inventory, devices)}
         return LaunchPlan(
             engine=self.name, argv=argv, env=env, files=files, host=host, port=port,
