@@ -23,12 +23,11 @@ from figures import Figures
 
 
 def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup: int,
-             input_len: int, output_len: int, seed: int, report: Path) -> dict:
+             dataset: Path, report: Path) -> dict:
     """A guidellm scenario for the bench's load: `concurrency` streams that each send their next
-    request when the last one ends, `warmup` requests left out, then `requests` timed ones;
-    synthetic prompts of exactly `input_len` tokens of the served model's tokenizer (decoded to
-    text, as vLLM's random dataset does), exactly `output_len` tokens out (guidellm sets
-    max_tokens and ignore_eos from output_tokens), greedy, streamed."""
+    request when the last one ends, `warmup` requests left out, then `requests` timed ones; the
+    prompts are the rows of `dataset` in order (a JSON-lines file with `prompt` and
+    `output_tokens_count`: guidellm then sets max_tokens and ignore_eos), greedy, streamed."""
     return {"spec": {
         "backend": {"kind": "openai_http", "target": base_url, "model": model,
                     "request_format": "/v1/completions", "stream": True,
@@ -37,21 +36,22 @@ def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup:
                     "warmup": {"mode": "requests", "value": warmup}},
         "constraints": [{"kind": "max_requests", "count": warmup + requests}],
         "tokenizer": {"kind": "huggingface_auto", "model": model},
-        # No stdev, min or max: every prompt and every output has the exact length.
-        "data": [{"kind": "synthetic_text", "prompt_tokens": input_len,
-                  "output_tokens": output_len}],
+        "data": [{"kind": "json_file", "path": str(dataset)}],
         "outputs": [{"kind": "json", "path": str(report)}],
-        "seed": {"kind": "static", "value": seed},
     }}
 
 
-def run_guidellm(executable: str, base_url: str, model: str, a, seed: int,
+def run_guidellm(executable: str, base_url: str, model: str, a, texts: list[str], tag: str,
                  out_dir: Path) -> Figures:
-    """One guidellm run of the bench's load (`a`: its arguments), as guidellm reports it."""
-    report = out_dir / f"guidellm-{seed}.json"
-    config = out_dir / f"guidellm-{seed}-scenario.json"
+    """One guidellm run of the bench's load (`a`: its arguments) on `texts` in the order given
+    (the warm-up first), as guidellm reports it."""
+    report = out_dir / f"guidellm-{tag}.json"
+    config = out_dir / f"guidellm-{tag}-scenario.json"
+    dataset = out_dir / f"guidellm-{tag}-prompts.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": t, "output_tokens_count": a.output_len})
+                               + "\n" for t in texts))
     config.write_text(json.dumps(scenario(base_url, model, a.concurrency, a.requests, a.warmup,
-                                          a.input_len, a.output_len, seed, report)))
+                                          dataset, report)))
     # One worker process, as the other two clients have: guidellm's default (up to 10) would
     # take the server's cores on a small machine.
     env = {**os.environ, "GUIDELLM__MAX_WORKER_PROCESSES": "1"}

@@ -3,7 +3,7 @@ run. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
         [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none] \
-        [--server-cores 1]
+        [--server-cores 1] [--prompts corpus random]
 
 guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
 (the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
@@ -11,12 +11,18 @@ guidellm pins click and multidict below what vLLM's CPU build needs, so it gets 
     python3 -m venv .tuner/guidellm && .tuner/guidellm/bin/pip install guidellm==0.8.1 \
         torch==2.13.0   # + --extra-index-url https://download.pytorch.org/whl/cpu off this machine
 
-The server is started the way a trial starts it (vLLM adapter + launcher). Each round runs every
-client with the same load: prompts of exactly `--input-len` tokens sent as text for the server to
-tokenize (vllm bench: random ids decoded, guidellm: generated text cut by the model's tokenizer,
-tuner: its corpus windows decoded), exactly `--output-len` tokens out (ignore_eos), greedy,
-streamed, `--concurrency` requests in flight (each client sends the next one when one ends),
-`--warmup` requests first and left out, then `--requests` timed ones; the order of the clients
+The server is started the way a trial starts it (vLLM adapter + launcher; prefix caching off, as
+the command line now really says). Each round runs every client with the same load: the same
+prompt texts in the same order, `--input-len` tokens each, for the server to tokenize (one file
+per round: tuner's corpus windows decoded, or vLLM's random dataset made by vllm's own code;
+vllm bench reads it as its custom dataset, guidellm as a JSON-lines dataset), exactly
+`--output-len` tokens out (ignore_eos), greedy, streamed, `--concurrency` requests in flight
+(each client sends the next one when one ends), `--warmup` requests first and left out (the
+first prompt again and again, as vllm bench warms up), then `--requests` timed ones; with
+several `--prompts` every client runs on each set and is compared with vllm bench on the same
+set. The texts are shared because the server's speed depends on them: with prefix caching on,
+vLLM's random dataset on this 512-token vocabulary repeats prompts (its runs of consecutive ids
+have ~500 starts), which a cache serves without prefill. The order of the clients
 rotates from round to round so drift on a noisy machine favours none. With `--server-cores N`
 the server is held to the first N cores and the clients to the rest, so on a small machine a
 client's own CPU use does not slow the server it measures (each client in turn). Prints each
@@ -60,7 +66,7 @@ from tiny_vllm import tiny_vllm
 from tuner.measure.client import Prompt
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
-from tuner.measure.prompts import as_text, corpus_token_prompts, synthetic_token_prompts
+from tuner.measure.prompts import as_text, corpus_token_prompts
 from tuner.measure.stats import CONFIDENCE
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import get_adapter
@@ -69,30 +75,52 @@ from tuner.serve.launcher import ServerProcess, free_port
 from tuner.spec.sla import SLA
 
 REFERENCE = "vllm bench"
+PROMPT_SETS = ("corpus", "random")
 GUIDELLM_DEFAULT = ".tuner/guidellm/bin/guidellm"
 AGREE = 0.05  # the issue's bar for output tok/s and median TTFT
 COLUMNS = (("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_p50_ms"),
            ("ITL p50 ms", "itl_p50_ms"), ("TPOT p50 ms", "tpot_p50_ms"))
 
 
-def tuner_prompts(model: str, vocab: int, a, seed: int, kind: str) -> list:
-    """Enough prompts that none repeats (the closed loop sends up to `concurrency` past its
-    window), of exactly `input_len` tokens. As text, they are tuner's corpus windows
-    decoded, which re-encode to the same length: the server tokenizes them, as it tokenizes the
-    text prompts that vllm bench and guidellm send. As ids, they are a trial's synthetic prompts."""
-    n = a.requests + a.warmup + a.concurrency
-    if kind == "ids":
-        return synthetic_token_prompts(n, a.input_len, vocab, seed)
-    tokenizer = Path(model) / "tokenizer.json"
-    return as_text([Prompt(tokens=w) for w in corpus_token_prompts(n, a.input_len, tokenizer,
-                                                                   seed)], tokenizer)
+def shared_prompts(kind: str, model: str, a, seed: int) -> list[str]:
+    """One round's prompt texts, sent by every client in the same order: `requests` timed ones,
+    then `concurrency` more (the closed loop sends up to that many past its window), none
+    repeated, each of `input_len` tokens of the model's tokenizer. `corpus`: tuner's corpus
+    windows decoded (a trial's text workload). `random`: vLLM's own random dataset (runs of
+    consecutive token ids decoded, re-encoded and cut), made by vllm's code with this seed."""
+    n = a.requests + a.concurrency
+    if kind == "corpus":
+        tokenizer = Path(model) / "tokenizer.json"
+        windows = corpus_token_prompts(n, a.input_len, tokenizer, seed)
+        return [p.text for p in as_text([Prompt(tokens=w) for w in windows], tokenizer)]
+    from vllm.benchmarks.datasets.datasets import RandomDataset
+    from vllm.tokenizers import get_tokenizer
+
+    samples = RandomDataset(random_seed=seed).sample(
+        tokenizer=get_tokenizer(model), num_requests=n, input_len=a.input_len,
+        output_len=a.output_len, range_ratio=0.0)
+    return [s.prompt for s in samples]
 
 
-def tuner_client(base_url, model, vocab, a, seed, out_dir: Path, kind: str) -> Figures:
-    prompts = tuner_prompts(model, vocab, a, seed, kind)
+def as_sent(texts: list[str], warmup: int) -> list[str]:
+    """The texts in the order a client sends them: vllm bench warms up by sending its first
+    prompt `warmup` times and then sends every prompt from the first; the others do the same."""
+    return [texts[0]] * warmup + texts
+
+
+def tuner_client(base_url, model, a, texts: list[str], tag: str, out_dir: Path,
+                 ids: bool) -> Figures:
+    """tuner's load generator on the shared texts; `ids` sends them tokenized (token ids, as a
+    trial's synthetic prompts are), which skips the server's tokenizer."""
+    prompts = [Prompt(text=t) for t in as_sent(texts, a.warmup)]
+    if ids:
+        from tokenizers import Tokenizer
+
+        encode = Tokenizer.from_file(str(Path(model) / "tokenizer.json")).encode
+        prompts = [Prompt(tokens=encode(p.text, add_special_tokens=False).ids) for p in prompts]
     runs = run_sweep(base_url, model, prompts, [a.concurrency], a.requests, a.output_len,
                      a.warmup, 120)
-    (out_dir / f"tuner-{kind}-{seed}.json").write_text(json.dumps(
+    (out_dir / f"tuner-{'ids' if ids else 'text'}-{tag}.json").write_text(json.dumps(
         [dataclasses.asdict(r) for r in runs[0].results]))
     m = summarize_level(runs[0], 1, SLA())
     if m.errors:
@@ -101,14 +129,16 @@ def tuner_client(base_url, model, vocab, a, seed, out_dir: Path, kind: str) -> F
                    m.input_tokens / m.requests, m.requests)
 
 
-def vllm_bench_client(base_url, model, a, seed, out_dir: Path) -> Figures:
-    result = out_dir / f"bench-{seed}.json"
+def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path) -> Figures:
+    """`vllm bench serve` on the shared texts: its custom dataset, in the file's order, no chat
+    template, `output_len` tokens out."""
+    result = out_dir / f"bench-{tag}.json"
     cmd = [resolve_executable("vllm"), "bench", "serve", "--backend", "vllm",
-           "--base-url", base_url, "--model", model, "--dataset-name", "random",
-           "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
-           "--random-range-ratio", "0", "--num-prompts", str(a.requests),
+           "--base-url", base_url, "--model", model, "--dataset-name", "custom",
+           "--dataset-path", str(dataset), "--disable-shuffle", "--skip-chat-template",
+           "--custom-output-len", str(a.output_len), "--num-prompts", str(a.requests),
            "--max-concurrency", str(a.concurrency), "--num-warmups", str(a.warmup),
-           "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm",
+           "--ignore-eos", "--temperature", "0", "--disable-tqdm",
            "--save-result", "--save-detailed", "--result-dir", str(out_dir),
            "--result-filename", result.name]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -134,6 +164,12 @@ def own_autogroup(nice: int) -> None:
                  f"leader) on a kernel with scheduler autogroups, or leave the option out")
 
 
+def reference_of(who: str) -> str:
+    """The row a client's ratios are taken to: vllm bench on the same prompts."""
+    _, sep, prompts = who.partition(" · ")
+    return REFERENCE + sep + prompts
+
+
 def round_line(r: int, got: dict[str, Figures]) -> str:
     parts = [f"{who} {f.output_tok_s:,.0f} tok/s, TTFT {f.ttft_p50_ms:.1f} ms"
              for who, f in got.items()]
@@ -148,7 +184,9 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
     """One row per client: the medians over rounds, then each figure's ratio to vllm bench's
     as the median of the per-round ratios with their range."""
     clients = list(rows[0])
-    head = f"{'client':<12}" + "".join(f"{name:>13}" for name, _ in COLUMNS) + f"{'in tok/req':>11}"
+    width = max(len(c) for c in clients) + 2
+    head = (f"{'client':<{width}}" + "".join(f"{name:>13}" for name, _ in COLUMNS)
+            + f"{'in tok/req':>11}")
     head += "".join(f"{'÷ ' + name.split()[0]:>20}" for name, _ in COLUMNS)
     lines = [head]
     for who in clients:
@@ -156,11 +194,11 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
         for _, field in COLUMNS:
             values = [getattr(row[who], field) for row in rows]
             cells.append(_fmt(None if None in values else statistics.median(values), 13))
-        line = f"{who:<12}" + "".join(cells)
+        line = f"{who:<{width}}" + "".join(cells)
         line += _fmt(statistics.median(row[who].input_tokens for row in rows), 11, ".1f")
         for _, field in COLUMNS:
-            ratios = [getattr(row[who], field) / getattr(row[REFERENCE], field) for row in rows
-                      if getattr(row[who], field) is not None]
+            ratios = [getattr(row[who], field) / getattr(row[reference_of(who)], field)
+                      for row in rows if getattr(row[who], field) is not None]
             line += (f"{'—':>20}" if not ratios else
                      f"{statistics.median(ratios):>9.3f} [{min(ratios):.2f}–{max(ratios):.2f}]")
         lines.append(line)
@@ -183,10 +221,11 @@ def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
     when the whole interval is; otherwise this run's rounds vary too much to tell."""
     out = []
     for who in rows[0]:
-        if who == REFERENCE:
+        ref = reference_of(who)
+        if who == ref:
             continue
         for name, field in COLUMNS[:2]:
-            ratios = [getattr(row[who], field) / getattr(row[REFERENCE], field) for row in rows]
+            ratios = [getattr(row[who], field) / getattr(row[ref], field) for row in rows]
             ratio = statistics.median(ratios)
             low, high = median_interval(ratios)
             if 1 - AGREE <= low and high <= 1 + AGREE:
@@ -196,7 +235,7 @@ def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
             else:
                 mark = (f"undecided: the rounds vary too much to tell {AGREE:.0%} "
                         "(more --rounds narrow the interval)")
-            out.append(f"{who} {name}: {ratio:.3f} of vllm bench's [{CONFIDENCE:.0%} interval "
+            out.append(f"{who} {name}: {ratio:.3f} of {ref}'s [{CONFIDENCE:.0%} interval "
                        f"{low:.3f}–{high:.3f}], {mark}")
     return out
 
@@ -211,9 +250,13 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--prompts", nargs="+", choices=PROMPT_SETS, default=["corpus"],
+                   help="the prompt texts every client sends, the same ones in the same order: "
+                        "tuner's corpus windows, vLLM's random dataset, or both (each client "
+                        "then runs once on each, and is compared with vllm bench on the same)")
     p.add_argument("--tuner-ids", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run tuner with token-id prompts, as a trial's synthetic prompts "
-                        "are (its row `tuner ids`); the `tuner` row sends text, as the others do")
+                   help="also run tuner with the prompts as token ids, as a trial's synthetic "
+                        "prompts are (its row `tuner ids`); the `tuner` row sends the text")
     p.add_argument("--autogroup-nice", type=int, default=None,
                    help="run in a session of its own whose scheduling autogroup has this nice "
                         "(-20..19; below 0 needs root), so other sessions' work moves rounds less")
@@ -233,7 +276,7 @@ def main() -> None:
 
     if a.autogroup_nice is not None:
         own_autogroup(a.autogroup_nice)
-    model, vocab, settings = tiny_vllm(a.model)
+    model, _, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
     server_cpus = client_cpus = None
     if a.server_cores is not None:
@@ -246,8 +289,14 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-    clients = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
-               + (["guidellm"] if with_guidellm else []))
+    kinds = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
+             + (["guidellm"] if with_guidellm else []))
+    sets = list(dict.fromkeys(a.prompts))
+    clients = [(kind, prompts) for prompts in sets for kind in kinds]
+
+    def row_name(kind: str, prompts: str) -> str:
+        return kind if len(sets) == 1 else f"{kind} · {prompts}"
+
     with tempfile.TemporaryDirectory() as tmp:
         out = a.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -260,24 +309,35 @@ def main() -> None:
             server.wait_ready(300)
             rows = []
             for r in range(a.rounds):
+                texts, files = {}, {}
+                for prompts in sets:  # made before any client runs, so none waits on them
+                    texts[prompts] = shared_prompts(prompts, model, a, r)
+                    files[prompts] = out / f"prompts-{prompts}-{r}.jsonl"
+                    files[prompts].write_text("".join(json.dumps({"prompt": t}) + "\n"
+                                                      for t in texts[prompts]))
                 order = clients[r % len(clients):] + clients[:r % len(clients)]
                 got = {}
-                for who in order:
-                    if who.startswith("tuner"):
-                        kind = "ids" if who == "tuner ids" else "text"
-                        got[who] = tuner_client(plan.base_url, model, vocab, a, r, out, kind)
-                    elif who == REFERENCE:
-                        got[who] = vllm_bench_client(plan.base_url, model, a, r, out)
+                for kind, prompts in order:
+                    tag = f"{prompts}-{r}"
+                    if kind.startswith("tuner"):
+                        figures = tuner_client(plan.base_url, model, a, texts[prompts], tag, out,
+                                               ids=kind == "tuner ids")
+                    elif kind == REFERENCE:
+                        figures = vllm_bench_client(plan.base_url, model, a, files[prompts],
+                                                    tag, out)
                     else:
-                        got[who] = run_guidellm(a.guidellm, plan.base_url, model, a, r, out)
-                rows.append({who: got[who] for who in clients})
+                        figures = run_guidellm(a.guidellm, plan.base_url, model, a,
+                                               as_sent(texts[prompts], a.warmup), tag, out)
+                    got[row_name(kind, prompts)] = figures
+                rows.append({row_name(k, p): got[row_name(k, p)] for k, p in clients})
                 print(round_line(r, rows[-1]), flush=True)
         finally:
             server.stop()
 
     print(f"\nconcurrency {a.concurrency}, {a.warmup} warm-up + {a.requests} timed requests, "
-          f"{a.input_len} tokens in / {a.output_len} out, {a.rounds} rounds; medians over rounds, "
-          f"ratios to vllm bench [range over rounds]:")
+          f"{a.input_len} tokens in / {a.output_len} out, {a.rounds} rounds, prompts: "
+          f"{', '.join(sets)}; medians over rounds, ratios to vllm bench on the same prompts "
+          f"[range over rounds]:")
     print("\n".join(table(rows)))
     print("guidellm's ITL is a per-request mean gap: it is in the TPOT column.")
     print("\n".join(verdicts(rows)))
