@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.serve.hardware import Inventory, bind_ranks, owned_devices
+from tuner.serve.hardware import Inventory, bind_ranks, owned_devices, parse_cpu_flags
 from tuner.spec.errors import BadInput
 
 CPU4 = Inventory(kind="cpu", type="cpu", devices=(0, 1, 2, 3), description="4 cores", host="h")
@@ -45,3 +45,23 @@ def test_on_a_gpu_node_a_rank_is_one_gpu_and_cores_per_rank_is_refused():
     assert bind_ranks(GPU8, None, [1, 8]).per_rank == 1
     with pytest.raises(BadInput, match="hardware.cores_per_rank is for gpu_type cpu"):
         bind_ranks(GPU8, 2, [1])
+
+
+# ----------------------------------------------------------------- CPU feature flags
+
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+flags\t\t: fpu sse2 avx2 avx512f avx512dq avx512bw avx512vl
+processor\t: 1
+flags\t\t: fpu sse2 avx2 avx512f avx512dq avx512bw avx512vl
+"""
+ARM_CPUINFO = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n"
+
+
+def test_the_cpu_flags_are_the_first_processors_flags_line():
+    assert parse_cpu_flags(X86_CPUINFO) == {"fpu", "sse2", "avx2", "avx512f", "avx512dq",
+                                            "avx512bw", "avx512vl"}
+
+
+def test_a_cpu_without_an_x86_flags_line_has_no_flags():
+    assert parse_cpu_flags(ARM_CPUINFO) == frozenset()

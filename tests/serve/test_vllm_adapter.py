@@ -15,6 +15,8 @@ import yaml
 from tests.vllm_cli import parse_vllm_serve
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
+from tuner.spec.gpu_types import gpu_type
+from tuner.spec.space import shape_by_name
 
 CPU2 = Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2 cores", host="h")
 GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8 GPUs", host="h")
@@ -132,3 +134,53 @@ def test_a_cpu_rank_of_several_cores_binds_them_all_and_counts_them_as_its_devic
     assert tp2.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3" and tp2.gpus == 4
     tp1 = plan({"tensor_parallel_size": 1}, four, devices=(2, 3))
     assert tp1.env["VLLM_CPU_OMP_THREADS_BIND"] == "2-3" and tp1.gpus == 2
+
+
+# ----------------------------------------------------------------- FP8 KV cache on a CPU
+
+AVX512 = frozenset({"avx2", "avx512f", "avx512vl", "avx512bw", "avx512dq"})
+AVX2_ONLY = frozenset({"avx2", "fma"})
+
+
+def cpu_reason(monkeypatch, flags, kv, head_dim=64):
+    monkeypatch.setattr("tuner.serve.engines.vllm.cpu_flags", lambda: flags)
+    shape = replace(shape_by_name("gpt-oss-20b"), head_dim=head_dim)
+    return get_adapter("vllm").infeasibility({"kv_cache_dtype": kv}, shape, gpu_type("cpu"),
+                                             SETTINGS)
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "fp8_e5m2"])
+def test_an_fp8_kv_cache_on_a_cpu_without_avx512_or_amx_is_refused_before_launch(monkeypatch, kv):
+    reason = cpu_reason(monkeypatch, AVX2_ONLY, kv)
+    assert reason == (f"vllm's CPU build runs KV cache {kv} only on x86 with AVX-512 or AMX, "
+                      "which this CPU lacks: use kv_cache_dtype auto on it")
+
+
+def test_an_fp8_kv_cache_runs_on_avx512_or_amx(monkeypatch):
+    assert cpu_reason(monkeypatch, AVX512, "fp8_e5m2") is None
+    assert cpu_reason(monkeypatch, frozenset({"avx2", "amx_tile"}), "fp8_e5m2") is None
+    # Part of AVX-512 is not enough: torch's check (and so vLLM's) wants all four.
+    assert cpu_reason(monkeypatch, frozenset({"avx512f", "avx512vl"}), "fp8") is not None
+
+
+def test_the_default_kv_cache_needs_no_instruction_set(monkeypatch):
+    assert cpu_reason(monkeypatch, AVX2_ONLY, "auto") is None
+    assert cpu_reason(monkeypatch, AVX2_ONLY, None) is None
+
+
+def test_an_fp8_kv_cache_on_a_cpu_needs_a_head_size_divisible_by_32(monkeypatch):
+    assert "not 48" in cpu_reason(monkeypatch, AVX512, "fp8", head_dim=48)
+    assert cpu_reason(monkeypatch, AVX512, "fp8", head_dim=64) is None
+
+
+def test_this_machines_flags_say_what_torchs_own_check_says():
+    """vLLM asks torch (`torch.cpu._is_avx512_supported`, `_is_amx_tile_supported`); the
+    adapter reads /proc/cpuinfo, so that a plan needs no torch. On this machine they agree."""
+    import torch
+
+    from tuner.serve.hardware import cpu_flags
+
+    flags = cpu_flags()
+    assert ({"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags) == \
+        torch.cpu._is_avx512_supported()
+    assert ("amx_tile" in flags) == torch.cpu._is_amx_tile_supported()

@@ -6,10 +6,12 @@ GPU node they are the GPUs NVML reports of the spec's type (tuner/gpus.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from tuner.spec.errors import BadInput
 
@@ -34,6 +36,25 @@ class Inventory:
     def devices_for(self, world: int) -> int:
         """The devices a server of `world` ranks runs on, and what its figures are per."""
         return world * self.per_rank
+
+
+def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The feature flags of /proc/cpuinfo's first processor (x86 lists them as `flags`; other
+    architectures have none by that name, and so none of x86's)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags: a CPU trial's server runs here."""
+    try:
+        return parse_cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return frozenset()
 
 
 def cpu_inventory() -> Inventory:

@@ -1,7 +1,7 @@
 """Engine facts beyond the MoE kernels, read from tuner/data/engine_rules.yaml (each entry names
 its source there): KV-cache types per architecture, the widest expert parallelism a MoE backend
-takes, memory settings a recipe requires where one rank holds the whole model, and how many GPUs
-one server may span on a GPU type."""
+takes, memory settings a recipe requires where one rank holds the whole model, how many GPUs
+one server may span on a GPU type, and what a CPU needs for an FP8 KV cache."""
 
 from __future__ import annotations
 
@@ -23,6 +23,22 @@ def kv_cache_dtype_infeasibility(engine: str, dtype: str | None, arch: str) -> s
     if dtype is None or allowed is None or dtype in allowed:
         return None
     return f"{engine} KV cache {dtype} is not used on {arch} (use {' or '.join(allowed)})"
+
+
+def cpu_kv_cache_dtype_infeasibility(engine: str, dtype: str | None, cpu_flags: frozenset[str],
+                                     head_dim: int | None) -> str | None:
+    """An FP8 KV cache on a CPU server: the CPU's instruction sets and the model's head size
+    the engine's CPU build needs for it (it refuses at start-up otherwise, a server start lost)."""
+    rule = _rules()["cpu_fp8_kv_cache"].get(engine)
+    if rule is None or dtype is None or not dtype.startswith("fp8"):
+        return None
+    if not any(set(group) <= cpu_flags for group in rule["needs_any_of"]):
+        return (f"{engine}'s CPU build runs KV cache {dtype} only on x86 with AVX-512 or AMX, "
+                f"which this CPU lacks: use kv_cache_dtype auto on it")
+    if head_dim is not None and head_dim % 32 and head_dim % 16 == 0:
+        return (f"{engine}'s CPU build runs KV cache {dtype} only at a head size divisible by "
+                f"32, not {head_dim}: use kv_cache_dtype auto for this model")
+    return None
 
 
 def expert_parallel_infeasibility(engine: str, backend: str | None, ep: int) -> str | None:

@@ -17,8 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.serve.engines.base import EngineSettings, LaunchPlan, backend_infeasibility
-from tuner.serve.engines.rules import single_rank_memory_infeasibility
-from tuner.serve.hardware import Inventory, split_devices
+from tuner.serve.engines.rules import (
+    cpu_kv_cache_dtype_infeasibility,
+    single_rank_memory_infeasibility,
+)
+from tuner.serve.hardware import Inventory, cpu_flags, split_devices
 
 CONFIG_FILE = "config.yaml"
 
@@ -65,7 +68,9 @@ class VllmAdapter:
                 single_rank_memory_infeasibility(self.name, config, shape, gpu)
         if config.get("moe_backend") or config.get(MOE_ACTIVATION, "bf16") != "bf16":
             return "vLLM's CPU build has one MoE kernel: moe_backend is for GPUs"
-        return None
+        return cpu_kv_cache_dtype_infeasibility(self.name, config.get("kv_cache_dtype"),
+                                                cpu_flags(),
+                                                shape.head_dim if shape is not None else None)
 
     def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
         """The YAML for `vllm serve --config`: fixed args first, then the trial's parameters.
