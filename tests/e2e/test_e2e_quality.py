@@ -44,7 +44,7 @@ def quality_study(tmp_path_factory, tiny_model):
 
 def fp8_kv_cache_runs_on_this_cpu() -> bool:
     """vLLM's own test (cpu_attn.py `_get_attn_isa`): its CPU build keeps an FP8 KV cache only
-    on x86 with AVX-512 or AMX; elsewhere (an AVX2 AMD EPYC, say) the server refuses at start."""
+    on x86 with AVX-512 or AMX; elsewhere (an AVX2 AMD EPYC, say) tuner refuses it before launch."""
     import torch
 
     return torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported()

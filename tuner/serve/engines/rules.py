@@ -32,9 +32,10 @@ def cpu_kv_cache_dtype_infeasibility(engine: str, dtype: str | None, cpu_flags: 
     rule = _rules()["cpu_fp8_kv_cache"].get(engine)
     if rule is None or dtype is None or not dtype.startswith("fp8"):
         return None
-    if not any(set(group) <= cpu_flags for group in rule["needs_any_of"]):
-        return (f"{engine}'s CPU build runs KV cache {dtype} only on x86 with AVX-512 or AMX, "
-                f"which this CPU lacks: use kv_cache_dtype auto on it")
+    needs = rule["needs_any_of"]  # instruction set -> the /proc/cpuinfo flags it means
+    if not any(set(flags) <= cpu_flags for flags in needs.values()):
+        return (f"{engine}'s CPU build runs KV cache {dtype} only on x86 with "
+                f"{' or '.join(needs)}, which this CPU lacks: use kv_cache_dtype auto on it")
     if head_dim is not None and head_dim % 32 and head_dim % 16 == 0:
         return (f"{engine}'s CPU build runs KV cache {dtype} only at a head size divisible by "
                 f"32, not {head_dim}: use kv_cache_dtype auto for this model")

@@ -69,8 +69,7 @@ class VllmAdapter:
         if config.get("moe_backend") or config.get(MOE_ACTIVATION, "bf16") != "bf16":
             return "vLLM's CPU build has one MoE kernel: moe_backend is for GPUs"
         return cpu_kv_cache_dtype_infeasibility(self.name, config.get("kv_cache_dtype"),
-                                                cpu_flags(),
-                                                shape.head_dim if shape is not None else None)
+                                                cpu_flags(), shape.head_dim)
 
     def engine_config(self, config: dict[str, Any], settings: EngineSettings) -> dict[str, Any]:
         """The YAML for `vllm serve --config`: fixed args first, then the trial's parameters.
