@@ -55,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -109,9 +110,10 @@ def as_sent(texts: list[str], warmup: int) -> list[str]:
 
 
 def tuner_client(base_url, model, a, texts: list[str], tag: str, out_dir: Path,
-                 ids: bool) -> Figures:
+                 ids: bool) -> tuple[Figures, tuple[float, float]]:
     """tuner's load generator on the shared texts; `ids` sends them tokenized (token ids, as a
-    trial's synthetic prompts are), which skips the server's tokenizer."""
+    trial's synthetic prompts are), which skips the server's tokenizer. Returns its figures and
+    its window (perf_counter begin, end)."""
     prompts = [Prompt(text=t) for t in as_sent(texts, a.warmup)]
     if ids:
         from tokenizers import Tokenizer
@@ -125,31 +127,73 @@ def tuner_client(base_url, model, a, texts: list[str], tag: str, out_dir: Path,
     m = summarize_level(runs[0], 1, SLA())
     if m.errors:
         sys.exit(f"tuner: {m.errors} requests failed: {m.error_sample}")
-    return Figures(m.output_tok_s, m.ttft_p50_ms, m.itl_p50_ms, m.tpot_p50_ms,
-                   m.input_tokens / m.requests, m.requests)
+    return (Figures(m.output_tok_s, m.ttft_p50_ms, m.itl_p50_ms, m.tpot_p50_ms,
+                    m.input_tokens / m.requests, m.requests), runs[0].rounds[0].span)
 
 
-def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path) -> Figures:
+def vllm_bench_command(base_url, model, a, dataset: Path, result: Path) -> list[str]:
     """`vllm bench serve` on the shared texts: its custom dataset, in the file's order, no chat
-    template, `output_len` tokens out."""
-    result = out_dir / f"bench-{tag}.json"
-    cmd = [resolve_executable("vllm"), "bench", "serve", "--backend", "vllm",
-           "--base-url", base_url, "--model", model, "--dataset-name", "custom",
-           "--dataset-path", str(dataset), "--disable-shuffle", "--skip-chat-template",
-           "--custom-output-len", str(a.output_len), "--num-prompts", str(a.requests),
-           "--max-concurrency", str(a.concurrency), "--num-warmups", str(a.warmup),
-           "--ignore-eos", "--temperature", "0", "--disable-tqdm",
-           "--save-result", "--save-detailed", "--result-dir", str(out_dir),
-           "--result-filename", result.name]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        sys.exit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    template, `output_len` tokens out, every request's timing saved."""
+    return [resolve_executable("vllm"), "bench", "serve", "--backend", "vllm",
+            "--base-url", base_url, "--model", model, "--dataset-name", "custom",
+            "--dataset-path", str(dataset), "--disable-shuffle", "--skip-chat-template",
+            "--custom-output-len", str(a.output_len), "--num-prompts", str(a.requests),
+            "--max-concurrency", str(a.concurrency), "--num-warmups", str(a.warmup),
+            "--ignore-eos", "--temperature", "0", "--disable-tqdm",
+            "--save-result", "--save-detailed", "--result-dir", str(result.parent),
+            "--result-filename", result.name]
+
+
+def vllm_bench_figures(result: Path) -> tuple[Figures, tuple[float, float]]:
+    """vllm bench's own figures from its result file, and its timed window (first send to
+    last completion, perf_counter: the same clock as tuner's on this machine)."""
     data = json.loads(result.read_text())
     if data.get("failed", 0):
         sys.exit(f"vllm bench serve: {data['failed']} requests failed: {data.get('errors')}")
-    return Figures(data["output_throughput"], data["median_ttft_ms"], data["median_itl_ms"],
-                   data["median_tpot_ms"], data["total_input_tokens"] / data["completed"],
-                   data["completed"])
+    begin = min(data["start_times"])
+    end = max(t + d for t, d in zip(data["start_times"], data["latencies"], strict=True))
+    return (Figures(data["output_throughput"], data["median_ttft_ms"], data["median_itl_ms"],
+                    data["median_tpot_ms"], data["total_input_tokens"] / data["completed"],
+                    data["completed"]), (begin, end))
+
+
+def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path) -> Figures:
+    """`vllm bench serve` alone on the server (its turn)."""
+    result = out_dir / f"bench-{tag}.json"
+    proc = subprocess.run(vllm_bench_command(base_url, model, a, dataset, result),
+                          capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        sys.exit(f"vllm bench serve failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return vllm_bench_figures(result)[0]
+
+
+def together(base_url, model, a, texts: list[str], dataset: Path, tag: str,
+             out_dir: Path) -> tuple[Figures, Figures, float]:
+    """tuner and vllm bench on the server at the same time, each keeping `concurrency` requests
+    in flight, so both measure through the same seconds of a machine whose speed moves between
+    turns. tuner starts its warm-up when vllm bench starts its own, so their timed windows
+    begin together, and each ends at its own `requests`-th completion. Returns tuner's figures,
+    vllm bench's, and the share of vllm bench's window that tuner's covered."""
+    result = out_dir / f"bench-{tag}.json"
+    proc = subprocess.Popen(vllm_bench_command(base_url, model, a, dataset, result),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    for line in proc.stdout:  # until vllm bench starts sending its load
+        lines.append(line)
+        if line.startswith(("Warming up", "Starting main benchmark run")):
+            break
+    rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    rest.start()  # read on, so its output never fills the pipe and stalls it
+    try:
+        tuner_fig, (t0, t1) = tuner_client(base_url, model, a, texts, tag, out_dir, ids=False)
+    finally:
+        proc.wait(timeout=900)
+        rest.join()
+    if proc.returncode != 0:
+        sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
+    bench_fig, (b0, b1) = vllm_bench_figures(result)
+    return tuner_fig, bench_fig, max(0.0, min(t1, b1) - max(t0, b0)) / (b1 - b0)
 
 
 def own_autogroup(nice: int) -> None:
@@ -264,12 +308,16 @@ def main() -> None:
                    help="hold the server (every process of it) to this many of the first cores "
                         "and every client to the rest, so that no client runs on the server's "
                         "cores (default: both may use every core, as a trial's clients do)")
+    p.add_argument("--together", action="store_true",
+                   help="run tuner and vllm bench on the server at the same time, each with "
+                        "--concurrency in flight, so both measure through the same seconds "
+                        "(the server then holds twice the load); default: each in its turn")
     p.add_argument("--keep", type=Path, default=None,
                    help="a folder to keep every client's raw results in (per request)")
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
                    help="guidellm's executable, or `none` to leave guidellm out")
     a = p.parse_args()
-    with_guidellm = a.guidellm != "none"
+    with_guidellm = a.guidellm != "none" and not a.together
     if with_guidellm and not Path(a.guidellm).exists():
         sys.exit(f"--guidellm: {a.guidellm} not found; install it as this script's docstring "
                  f"says, or pass --guidellm none")
@@ -289,7 +337,11 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-    kinds = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
+    if a.together and (a.tuner_ids or with_guidellm):
+        print("--together runs tuner (text) and vllm bench only: `tuner ids` and guidellm are "
+              "left out")
+    kinds = (["tuner", REFERENCE] if a.together else
+             ["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
              + (["guidellm"] if with_guidellm else []))
     sets = list(dict.fromkeys(a.prompts))
     clients = [(kind, prompts) for prompts in sets for kind in kinds]
@@ -315,13 +367,21 @@ def main() -> None:
                     files[prompts] = out / f"prompts-{prompts}-{r}.jsonl"
                     files[prompts].write_text("".join(json.dumps({"prompt": t}) + "\n"
                                                       for t in texts[prompts]))
-                order = clients[r % len(clients):] + clients[:r % len(clients)]
-                got = {}
+                got, covered = {}, []
+                if a.together:
+                    for prompts in sets:
+                        tag = f"{prompts}-{r}"
+                        (got[row_name("tuner", prompts)], got[row_name(REFERENCE, prompts)],
+                         share) = together(plan.base_url, model, a, texts[prompts],
+                                           files[prompts], tag, out)
+                        covered.append(share)
+                turn = r % len(clients)
+                order = [] if a.together else clients[turn:] + clients[:turn]
                 for kind, prompts in order:
                     tag = f"{prompts}-{r}"
                     if kind.startswith("tuner"):
                         figures = tuner_client(plan.base_url, model, a, texts[prompts], tag, out,
-                                               ids=kind == "tuner ids")
+                                               ids=kind == "tuner ids")[0]
                     elif kind == REFERENCE:
                         figures = vllm_bench_client(plan.base_url, model, a, files[prompts],
                                                     tag, out)
@@ -330,7 +390,11 @@ def main() -> None:
                                                as_sent(texts[prompts], a.warmup), tag, out)
                     got[row_name(kind, prompts)] = figures
                 rows.append({row_name(k, p): got[row_name(k, p)] for k, p in clients})
-                print(round_line(r, rows[-1]), flush=True)
+                line = round_line(r, rows[-1])
+                if covered:
+                    line += (" | tuner's window covered "
+                             + ", ".join(f"{c:.0%}" for c in covered) + " of vllm bench's")
+                print(line, flush=True)
         finally:
             server.stop()
 

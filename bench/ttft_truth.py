@@ -15,6 +15,7 @@ excess over the server's, and the median ITL against `--itl-ms`.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -24,7 +25,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 from fake_openai_server import Script, serve_in_process  # noqa: E402
-from loadgen_vs_vllm_bench import tuner_client, vllm_bench_client  # noqa: E402
+from loadgen_vs_vllm_bench import (  # noqa: E402
+    shared_prompts,
+    tuner_client,
+    vllm_bench_client,
+)
 from tiny_vllm import tiny_vllm  # noqa: E402
 
 
@@ -44,14 +49,18 @@ def main() -> None:
     # What loadgen_vs_vllm_bench's clients read from their arguments.
     a.guidellm, a.max_num_seqs, a.autogroup_nice, a.keep, a.tuner_ids = "none", 0, None, None, False
 
-    model, vocab, _ = tiny_vllm(a.model)
+    model, _, _ = tiny_vllm(a.model)
     script = Script(ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000)
     got: dict[str, list] = {"tuner": [], "vllm bench": []}
     with serve_in_process(script) as (url, _pid), tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
+            texts = shared_prompts("corpus", model, a, r)  # both clients send the same texts
+            dataset = Path(tmp) / f"prompts-{r}.jsonl"
+            dataset.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
             for who in (list(got) if r % 2 == 0 else list(reversed(got))):
-                f = (tuner_client(url, model, vocab, a, r, Path(tmp), "text") if who == "tuner"
-                     else vllm_bench_client(url, model, a, r, Path(tmp)))
+                f = (tuner_client(url, model, a, texts, str(r), Path(tmp), ids=False)[0]
+                     if who == "tuner" else
+                     vllm_bench_client(url, model, a, dataset, str(r), Path(tmp)))
                 got[who].append(f)
                 print(f"round {r} {who:<11} TTFT p50 {f.ttft_p50_ms:6.2f} ms  ITL p50 "
                       f"{f.itl_p50_ms:5.2f} ms  {f.output_tok_s:>9,.0f} tok/s", flush=True)

@@ -10,6 +10,7 @@ import math
 import random
 import socket
 import statistics
+import time
 
 import aiohttp
 import pytest
@@ -449,6 +450,24 @@ def test_steady_rounds_stop_at_three_once_the_interval_is_tight():
     assert run.duration_s == pytest.approx(sum(r.duration_s for r in run.rounds))
     sent = [tuple(b["prompt"]) for b in server.bodies]
     assert len(set(sent)) == len(sent)  # every round takes fresh prompts
+
+
+def test_closed_loop_rounds_are_contiguous_windows_on_the_perf_counter_clock():
+    server = FakeOpenAIServer(Script(ttft_s=0.010, itl_s=0.002))
+    with serve_in_thread(server) as url:
+        before = time.perf_counter()
+        (run,) = run_sweep(url, "m", PROMPTS, [2], requests_per_level=4, output_len=3,
+                           warmup_requests=2, request_timeout_s=10,
+                           repeats=Repeats(max_rounds=3, ci_target=1e-9))
+        after = time.perf_counter()
+    spans = [rnd.span for rnd in run.rounds]
+    assert len(spans) == 3 and before < spans[0][0] and spans[-1][1] < after
+    for (_, end), (begin, _) in zip(spans, spans[1:]):
+        assert begin == end  # each window starts where the last one ended
+    for rnd in run.rounds:
+        assert rnd.span[1] - rnd.span[0] == pytest.approx(rnd.duration_s)
+        # its latency sample started and ended inside it
+        assert all(rnd.span[0] <= r.start and r.end <= rnd.span[1] for r in rnd.results)
 
 
 def test_rounds_stop_at_max_rounds_when_the_target_is_out_of_reach():

@@ -44,6 +44,9 @@ class RoundRun:
     # the rate they were sent at (`Arrivals.sent_rate`); None closed loop.
     capped: int | None = None
     sent_rate: float | None = None
+    # Closed loop: the window's (begin, end) on the perf_counter clock, so a round can be placed
+    # beside another client's run on the same machine; None open loop.
+    span: tuple[float, float] | None = None
 
     @property
     def output_tok_s(self) -> float:
@@ -184,7 +187,8 @@ async def _closed_loop(
             end = max(r.end for r in window)
             rounds.append(RoundRun(
                 results=[r for r in window if r.start >= begin], duration_s=end - begin,
-                output_tokens=sum(r.output_tokens or 0 for r in window if r.ok)))
+                output_tokens=sum(r.output_tokens or 0 for r in window if r.ok),
+                span=(begin, end)))
             begin = end
             # A window where every request failed has no throughput to pin down: stop there.
             if not any(r.ok for r in window) or enough(rounds):
