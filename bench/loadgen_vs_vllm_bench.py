@@ -3,7 +3,7 @@ run. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
         [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none] \
-        [--server-cores 1] [--prompts corpus random]
+        [--server-cores 1] [--prompts corpus random] [--together]
 
 guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
 (the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
@@ -23,7 +23,20 @@ several `--prompts` every client runs on each set and is compared with vllm benc
 set. The texts are shared because the server's speed depends on them: with prefix caching on,
 vLLM's random dataset on this 512-token vocabulary repeats prompts (its runs of consecutive ids
 have ~500 starts), which a cache serves without prefill. The order of the clients
-rotates from round to round so drift on a noisy machine favours none. With `--server-cores N`
+rotates from round to round so drift on a noisy machine favours none.
+
+With `--together`, tuner and vllm bench run at the same time instead of in turns, each keeping
+`--concurrency` in flight (the server holds twice that): tuner starts its warm-up when vllm
+bench starts its own, so their timed windows open together and each closes at its own
+`--requests`-th completion; each round prints how much of vllm bench's window tuner's covered
+(both clocks are perf_counter, one clock per machine). Taking turns, each client meets the
+machine at other seconds: on a shared 2-core VM the server's tokens per CPU-second move 10-40%
+between turns with its core busy all the time (a loop in the core's caches holds within 2%
+there, a copy through DRAM moves about 10%), and no affordable number of rounds narrows that
+to a 5% verdict. Measured together, the two share every batch, so what differs is
+the clients alone. guidellm and `tuner ids` run only in turns.
+
+With `--server-cores N`
 the server is held to the first N cores and the clients to the rest, so on a small machine a
 client's own CPU use does not slow the server it measures (each client in turn). Prints each
 round, then one table: the medians over rounds and each figure's ratio to vllm bench's (the

@@ -462,7 +462,7 @@ def test_closed_loop_rounds_are_contiguous_windows_on_the_perf_counter_clock():
         after = time.perf_counter()
     spans = [rnd.span for rnd in run.rounds]
     assert len(spans) == 3 and before < spans[0][0] and spans[-1][1] < after
-    for (_, end), (begin, _) in zip(spans, spans[1:]):
+    for (_, end), (begin, _) in itertools.pairwise(spans):
         assert begin == end  # each window starts where the last one ended
     for rnd in run.rounds:
         assert rnd.span[1] - rnd.span[0] == pytest.approx(rnd.duration_s)
