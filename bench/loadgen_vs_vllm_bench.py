@@ -196,6 +196,9 @@ def together(base_url, model, a, texts: list[str], dataset: Path, tag: str,
         lines.append(line)
         if line.startswith(("Warming up", "Starting main benchmark run")):
             break
+    else:  # it ended before sending any load: no tuner run to pair with it
+        proc.wait(timeout=60)
+        sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
     rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     rest.start()  # read on, so its output never fills the pipe and stalls it
     try:
