@@ -3,13 +3,16 @@ serve` against the repository's fake OpenAI server, whose first token leaves `--
 request arrives and every next one `--itl-ms` later, at the same load, alternated, in one run.
 Run by hand (no vLLM server; `vllm bench` is the CPU build's, from the venv):
 
-    .venv/bin/python bench/ttft_truth.py [--concurrency 8] [--requests 512] [--rounds 3]
+    .venv/bin/python bench/ttft_truth.py [--concurrency 8] [--requests 512] [--rounds 3] \
+        [--together]
 
 The fake server runs in a process of its own on the server's timetable, so what a client adds
 to `--ttft-ms` is its own: the time from its send to the request's arrival, plus the time from
 the first chunk's arrival to the moment the client reads it (its event loop's backlog while it
 parses the other streams' chunks). The table prints each client's median TTFT over rounds, its
-excess over the server's, and the median ITL against `--itl-ms`.
+excess over the server's, and the median ITL against `--itl-ms`. With `--together` the two run
+at the same time (each with `--concurrency` in flight), so each client's excess is what it adds
+while the other shares the machine, as in `loadgen_vs_vllm_bench.py --together`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from fake_openai_server import Script, serve_in_process  # noqa: E402
 from loadgen_vs_vllm_bench import (  # noqa: E402
     shared_prompts,
+    together,
     tuner_client,
     vllm_bench_client,
 )
@@ -45,6 +49,9 @@ def main() -> None:
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--together", action="store_true",
+                   help="both clients at once, as loadgen_vs_vllm_bench.py --together runs them "
+                        "(each with --concurrency in flight); default: in turns")
     a = p.parse_args()
     # What loadgen_vs_vllm_bench's clients read from their arguments.
     a.guidellm, a.max_num_seqs, a.autogroup_nice, a.keep, a.tuner_ids = "none", 0, None, None, False
@@ -57,10 +64,15 @@ def main() -> None:
             texts = shared_prompts("corpus", model, a, r)  # both clients send the same texts
             dataset = Path(tmp) / f"prompts-{r}.jsonl"
             dataset.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
-            for who in (list(got) if r % 2 == 0 else list(reversed(got))):
-                f = (tuner_client(url, model, a, texts, str(r), Path(tmp), ids=False)[0]
-                     if who == "tuner" else
-                     vllm_bench_client(url, model, a, dataset, str(r), Path(tmp)))
+            if a.together:
+                tuner_f, bench_f, _ = together(url, model, a, texts, dataset, str(r), Path(tmp))
+                measured = [("tuner", tuner_f), ("vllm bench", bench_f)]
+            else:
+                measured = [(who, tuner_client(url, model, a, texts, str(r), Path(tmp),
+                                               ids=False)[0] if who == "tuner" else
+                             vllm_bench_client(url, model, a, dataset, str(r), Path(tmp)))
+                            for who in (list(got) if r % 2 == 0 else list(reversed(got)))]
+            for who, f in measured:
                 got[who].append(f)
                 print(f"round {r} {who:<11} TTFT p50 {f.ttft_p50_ms:6.2f} ms  ITL p50 "
                       f"{f.itl_p50_ms:5.2f} ms  {f.output_tok_s:>9,.0f} tok/s", flush=True)
