@@ -21,6 +21,8 @@ from pathlib import Path
 
 from figures import Figures
 
+from tuner.measure.client import Prompt
+
 
 def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup: int,
              dataset: Path, report: Path) -> dict:
@@ -41,15 +43,15 @@ def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup:
     }}
 
 
-def run_guidellm(executable: str, base_url: str, model: str, a, texts: list[str], tag: str,
+def run_guidellm(executable: str, base_url: str, model: str, a, prompts: list[Prompt], tag: str,
                  out_dir: Path) -> Figures:
-    """One guidellm run of the bench's load (`a`: its arguments) on `texts` in the order given
-    (the warm-up first), as guidellm reports it."""
+    """One guidellm run of the bench's load (`a`: its arguments) on `prompts` (text and reply
+    length) in the order given (the warm-up first), as guidellm reports it."""
     report = out_dir / f"guidellm-{tag}.json"
     config = out_dir / f"guidellm-{tag}-scenario.json"
     dataset = out_dir / f"guidellm-{tag}-prompts.jsonl"
-    dataset.write_text("".join(json.dumps({"prompt": t, "output_tokens_count": a.output_len})
-                               + "\n" for t in texts))
+    dataset.write_text("".join(json.dumps({"prompt": p.text, "output_tokens_count": p.output_len})
+                               + "\n" for p in prompts))
     config.write_text(json.dumps(scenario(base_url, model, a.concurrency, a.requests, a.warmup,
                                           dataset, report)))
     # One worker process, as the other two clients have: guidellm's default (up to 10) would

@@ -96,43 +96,65 @@ COLUMNS = (("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_p50_ms"),
            ("ITL p50 ms", "itl_p50_ms"), ("TPOT p50 ms", "tpot_p50_ms"))
 
 
-def shared_prompts(kind: str, model: str, a, seed: int) -> list[str]:
-    """One round's prompt texts, sent by every client in the same order: `requests` timed ones,
+def shared_prompts(kind: str, model: str, a, seed: int) -> list[Prompt]:
+    """One round's prompts, sent by every client in the same order: `requests` timed ones,
     then `concurrency` more (the closed loop sends up to that many past its window), none
     repeated, each of `input_len` tokens of the model's tokenizer. `corpus`: tuner's corpus
     windows decoded (a trial's text workload). `random`: vLLM's own random dataset (runs of
-    consecutive token ids decoded, re-encoded and cut), made by vllm's code with this seed."""
+    consecutive token ids decoded, re-encoded and cut), made by vllm's code with this seed.
+    Each asks for its own reply length (`output_lengths`)."""
     n = a.requests + a.concurrency
     if kind == "corpus":
         tokenizer = Path(model) / "tokenizer.json"
         windows = corpus_token_prompts(n, a.input_len, tokenizer, seed)
-        return [p.text for p in as_text([Prompt(tokens=w) for w in windows], tokenizer)]
-    from vllm.benchmarks.datasets.datasets import RandomDataset
-    from vllm.tokenizers import get_tokenizer
+        texts = [p.text for p in as_text([Prompt(tokens=w) for w in windows], tokenizer)]
+    else:
+        from vllm.benchmarks.datasets.datasets import RandomDataset
+        from vllm.tokenizers import get_tokenizer
 
-    samples = RandomDataset(random_seed=seed).sample(
-        tokenizer=get_tokenizer(model), num_requests=n, input_len=a.input_len,
-        output_len=a.output_len, range_ratio=0.0)
-    return [s.prompt for s in samples]
+        texts = [s.prompt for s in RandomDataset(random_seed=seed).sample(
+            tokenizer=get_tokenizer(model), num_requests=n, input_len=a.input_len,
+            output_len=a.output_len, range_ratio=0.0)]
+    return [Prompt(text=t, output_len=m)
+            for t, m in zip(texts, output_lengths(a, n, seed), strict=True)]
 
 
-def as_sent(texts: list[str], warmup: int) -> list[str]:
-    """The texts in the order a client sends them: vllm bench warms up by sending its first
+def output_lengths(a, n: int, seed: int) -> list[int]:
+    """`n` reply lengths: `output_len` each, or with `output_spread` s > 0 drawn uniformly from
+    output_len x (1 - s .. 1 + s). Equal lengths keep requests that start together in step to
+    the end (they finish in the same step and start again together), so a client's TTFT then
+    depends on how its start happened to group them; spread lengths break the groups up."""
+    low = max(1, round(a.output_len * (1 - a.output_spread)))
+    high = round(a.output_len * (1 + a.output_spread))
+    return [int(m) for m in np.random.default_rng(seed).integers(low, high, n, endpoint=True)]
+
+
+def write_dataset(prompts: list[Prompt], path: Path) -> Path:
+    """The prompts as `vllm bench serve`'s custom dataset: one JSON line each, with its reply
+    length (`--custom-output-len -1` makes vllm bench read it)."""
+    path.write_text("".join(json.dumps({"prompt": p.text, "output_tokens": p.output_len}) + "\n"
+                            for p in prompts))
+    return path
+
+
+def as_sent(prompts: list[Prompt], warmup: int) -> list[Prompt]:
+    """The prompts in the order a client sends them: vllm bench warms up by sending its first
     prompt `warmup` times and then sends every prompt from the first; the others do the same."""
-    return [texts[0]] * warmup + texts
+    return [prompts[0]] * warmup + prompts
 
 
-def tuner_client(base_url, model, a, texts: list[str], tag: str, out_dir: Path,
+def tuner_client(base_url, model, a, shared: list[Prompt], tag: str, out_dir: Path,
                  ids: bool) -> tuple[Figures, tuple[float, float]]:
-    """tuner's load generator on the shared texts; `ids` sends them tokenized (token ids, as a
+    """tuner's load generator on the shared prompts; `ids` sends them tokenized (token ids, as a
     trial's synthetic prompts are), which skips the server's tokenizer. Returns its figures and
     its window (perf_counter begin, end)."""
-    prompts = [Prompt(text=t) for t in as_sent(texts, a.warmup)]
+    prompts = as_sent(shared, a.warmup)
     if ids:
         from tokenizers import Tokenizer
 
         encode = Tokenizer.from_file(str(Path(model) / "tokenizer.json")).encode
-        prompts = [Prompt(tokens=encode(p.text, add_special_tokens=False).ids) for p in prompts]
+        prompts = [Prompt(tokens=encode(p.text, add_special_tokens=False).ids,
+                          output_len=p.output_len) for p in prompts]
     runs = run_sweep(base_url, model, prompts, [a.concurrency], a.requests, a.output_len,
                      a.warmup, 120)
     (out_dir / f"tuner-{'ids' if ids else 'text'}-{tag}.json").write_text(json.dumps(
@@ -145,12 +167,12 @@ def tuner_client(base_url, model, a, texts: list[str], tag: str, out_dir: Path,
 
 
 def vllm_bench_command(base_url, model, a, dataset: Path, result: Path) -> list[str]:
-    """`vllm bench serve` on the shared texts: its custom dataset, in the file's order, no chat
-    template, `output_len` tokens out, every request's timing saved."""
+    """`vllm bench serve` on the shared prompts: its custom dataset, in the file's order, no chat
+    template, each prompt's reply length out, every request's timing saved."""
     return [resolve_executable("vllm"), "bench", "serve", "--backend", "vllm",
             "--base-url", base_url, "--model", model, "--dataset-name", "custom",
             "--dataset-path", str(dataset), "--disable-shuffle", "--skip-chat-template",
-            "--custom-output-len", str(a.output_len), "--num-prompts", str(a.requests),
+            "--custom-output-len", "-1", "--num-prompts", str(a.requests),
             "--max-concurrency", str(a.concurrency), "--num-warmups", str(a.warmup),
             "--ignore-eos", "--temperature", "0", "--disable-tqdm",
             "--save-result", "--save-detailed", "--result-dir", str(result.parent),
@@ -180,7 +202,7 @@ def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path
     return vllm_bench_figures(result)[0]
 
 
-def together(base_url, model, a, texts: list[str], dataset: Path, tag: str,
+def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
              out_dir: Path) -> tuple[Figures, Figures, float]:
     """tuner and vllm bench on the server at the same time, each keeping `concurrency` requests
     in flight, so both measure through the same seconds of a machine whose speed moves between
@@ -202,7 +224,7 @@ def together(base_url, model, a, texts: list[str], dataset: Path, tag: str,
     rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     rest.start()  # read on, so its output never fills the pipe and stalls it
     try:
-        tuner_fig, (t0, t1) = tuner_client(base_url, model, a, texts, tag, out_dir, ids=False)
+        tuner_fig, (t0, t1) = tuner_client(base_url, model, a, prompts, tag, out_dir, ids=False)
     finally:
         proc.wait(timeout=900)
         rest.join()
@@ -308,6 +330,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--output-spread", type=float, default=0.0,
+                   help="reply lengths drawn uniformly from --output-len x (1 - S .. 1 + S), "
+                        "the same for every client (default 0: all --output-len), so that "
+                        "requests that start together do not stay in step")
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--prompts", nargs="+", choices=PROMPT_SETS, default=["corpus"],
@@ -380,9 +406,8 @@ def main() -> None:
                 texts, files = {}, {}
                 for prompts in sets:  # made before any client runs, so none waits on them
                     texts[prompts] = shared_prompts(prompts, model, a, r)
-                    files[prompts] = out / f"prompts-{prompts}-{r}.jsonl"
-                    files[prompts].write_text("".join(json.dumps({"prompt": t}) + "\n"
-                                                      for t in texts[prompts]))
+                    files[prompts] = write_dataset(texts[prompts],
+                                                   out / f"prompts-{prompts}-{r}.jsonl")
                 got, covered = {}, []
                 if a.together:
                     for prompts in sets:

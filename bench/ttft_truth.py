@@ -18,7 +18,6 @@ while the other shares the machine, as in `loadgen_vs_vllm_bench.py --together`.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from loadgen_vs_vllm_bench import (  # noqa: E402
     together,
     tuner_client,
     vllm_bench_client,
+    write_dataset,
 )
 from tiny_vllm import tiny_vllm  # noqa: E402
 
@@ -48,6 +48,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--output-spread", type=float, default=0.0,
+                   help="reply lengths drawn from --output-len x (1 - S .. 1 + S), as in "
+                        "loadgen_vs_vllm_bench.py (default 0: all --output-len)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--together", action="store_true",
                    help="both clients at once, as loadgen_vs_vllm_bench.py --together runs them "
@@ -61,9 +64,8 @@ def main() -> None:
     got: dict[str, list] = {"tuner": [], "vllm bench": []}
     with serve_in_process(script) as (url, _pid), tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            texts = shared_prompts("corpus", model, a, r)  # both clients send the same texts
-            dataset = Path(tmp) / f"prompts-{r}.jsonl"
-            dataset.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+            texts = shared_prompts("corpus", model, a, r)  # both clients send the same ones
+            dataset = write_dataset(texts, Path(tmp) / f"prompts-{r}.jsonl")
             if a.together:
                 tuner_f, bench_f, _ = together(url, model, a, texts, dataset, str(r), Path(tmp))
                 measured = [("tuner", tuner_f), ("vllm bench", bench_f)]
