@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from figures import Figures
@@ -43,10 +44,11 @@ def scenario(base_url: str, model: str, concurrency: int, requests: int, warmup:
     }}
 
 
-def run_guidellm(executable: str, base_url: str, model: str, a, prompts: list[Prompt], tag: str,
-                 out_dir: Path) -> Figures:
-    """One guidellm run of the bench's load (`a`: its arguments) on `prompts` (text and reply
-    length) in the order given (the warm-up first), as guidellm reports it."""
+def start_guidellm(executable: str, base_url: str, model: str, a, prompts: list[Prompt],
+                   tag: str, out_dir: Path) -> tuple[subprocess.Popen, Path]:
+    """Start one guidellm run of the bench's load (`a`: its arguments) on `prompts` (text and
+    reply length) in the order given (the warm-up first). Returns the process and the path its
+    report will have."""
     report = out_dir / f"guidellm-{tag}.json"
     config = out_dir / f"guidellm-{tag}-scenario.json"
     dataset = out_dir / f"guidellm-{tag}-prompts.jsonl"
@@ -57,11 +59,31 @@ def run_guidellm(executable: str, base_url: str, model: str, a, prompts: list[Pr
     # One worker process, as the other two clients have: guidellm's default (up to 10) would
     # take the server's cores on a small machine.
     env = {**os.environ, "GUIDELLM__MAX_WORKER_PROCESSES": "1"}
-    proc = subprocess.run([executable, "run", "-c", str(config), "--disable-console"],
-                          capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.Popen([executable, "run", "-c", str(config), "--disable-console"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return proc, report
+
+
+def guidellm_result(proc: subprocess.Popen, report: Path) -> tuple[Figures, tuple[float, float]]:
+    """Wait for a started guidellm run; its figures and its measured window (begin, end) on the
+    perf_counter clock (guidellm keeps Unix time: moved by this moment's offset between the
+    two clocks, which every process on the machine shares)."""
+    output, _ = proc.communicate(timeout=900)
     if proc.returncode != 0 or not report.exists():
-        sys.exit(f"guidellm failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return figures_of(json.loads(report.read_text()))
+        sys.exit(f"guidellm failed:\n{output[-3000:]}")
+    data = json.loads(report.read_text())
+    times = data["benchmarks"][0]["scheduler_metrics"]
+    offset = time.time() - time.perf_counter()
+    return figures_of(data), (times["measure_start_time"] - offset,
+                              times["measure_end_time"] - offset)
+
+
+def run_guidellm(executable: str, base_url: str, model: str, a, prompts: list[Prompt], tag: str,
+                 out_dir: Path) -> Figures:
+    """One guidellm run of the bench's load on `prompts`, alone on the server, as guidellm
+    reports it."""
+    return guidellm_result(*start_guidellm(executable, base_url, model, a, prompts, tag,
+                                           out_dir))[0]
 
 
 def figures_of(report: dict) -> Figures:

@@ -73,7 +73,7 @@ from pathlib import Path
 
 import numpy as np
 from figures import Figures
-from guidellm_client import run_guidellm
+from guidellm_client import guidellm_result, run_guidellm, start_guidellm
 from scipy import stats
 from tiny_vllm import tiny_vllm
 
@@ -203,35 +203,58 @@ def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path
 
 
 def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
-             out_dir: Path) -> tuple[Figures, Figures, float]:
-    """tuner and vllm bench on the server at the same time, each keeping `concurrency` requests
-    in flight, so both measure through the same seconds of a machine whose speed moves between
-    turns. tuner starts its warm-up when vllm bench starts its own, so their timed windows
-    begin together, and each ends at its own `requests`-th completion. Returns tuner's figures,
-    vllm bench's, and the share of vllm bench's window that tuner's covered."""
+             out_dir: Path, guidellm: str | None, guidellm_delay: float = 0.0
+             ) -> tuple[dict[str, Figures], dict[str, tuple[float, float]]]:
+    """tuner, vllm bench (and guidellm, given its executable) on the server at the same time,
+    each keeping `concurrency` requests in flight, so all measure through the same seconds of a
+    machine whose speed moves between turns. tuner starts its warm-up when vllm bench starts its
+    own, so their timed windows open together; guidellm starts `guidellm_delay` seconds after
+    vllm bench does (it reaches its first request sooner). Each window ends at its client's own
+    `requests`-th completion. Returns each client's figures and its timed window (perf_counter
+    begin, end)."""
     result = out_dir / f"bench-{tag}.json"
     proc = subprocess.Popen(vllm_bench_command(base_url, model, a, dataset, result),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    started: list = []
+    later = threading.Timer(guidellm_delay, lambda: started.append(start_guidellm(
+        guidellm, base_url, model, a, as_sent(prompts, a.warmup), tag, out_dir)))
+    if guidellm:
+        later.start()
     lines: list[str] = []
-    for line in proc.stdout:  # until vllm bench starts sending its load
-        lines.append(line)
-        if line.startswith(("Warming up", "Starting main benchmark run")):
-            break
-    else:  # it ended before sending any load: no tuner run to pair with it
-        proc.wait(timeout=60)
-        sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
-    rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    rest.start()  # read on, so its output never fills the pipe and stalls it
     try:
-        tuner_fig, (t0, t1) = tuner_client(base_url, model, a, prompts, tag, out_dir, ids=False)
+        for line in proc.stdout:  # until vllm bench starts sending its load
+            lines.append(line)
+            if line.startswith(("Warming up", "Starting main benchmark run")):
+                break
+        else:  # it ended before sending any load: no tuner run to pair with it
+            proc.wait(timeout=60)
+            sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
+        rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+        rest.start()  # read on, so its output never fills the pipe and stalls it
+        try:
+            got = {"tuner": tuner_client(base_url, model, a, prompts, tag, out_dir, ids=False)}
+        finally:
+            proc.wait(timeout=900)
+            rest.join()
     finally:
-        proc.wait(timeout=900)
-        rest.join()
+        later.join() if guidellm else None
     if proc.returncode != 0:
         sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
-    bench_fig, (b0, b1) = vllm_bench_figures(result)
-    return tuner_fig, bench_fig, max(0.0, min(t1, b1) - max(t0, b0)) / (b1 - b0)
+    got[REFERENCE] = vllm_bench_figures(result)
+    if started:
+        got["guidellm"] = guidellm_result(*started[0])
+    return ({who: figures for who, (figures, _) in got.items()},
+            {who: window for who, (_, window) in got.items()})
+
+
+def overlap_line(windows: dict[str, tuple[float, float]]) -> str:
+    """How each client's timed window sat against vllm bench's: the share of vllm bench's that
+    it covered, and how much earlier (-) or later it opened."""
+    b0, b1 = windows[REFERENCE]
+    return "of vllm bench's window, " + ", ".join(
+        f"{who}'s covered {max(0.0, min(t1, b1) - max(t0, b0)) / (b1 - b0):.0%} "
+        f"(opened {t0 - b0:+.1f} s)" for who, (t0, t1) in windows.items() if who != REFERENCE)
 
 
 def own_autogroup(nice: int) -> None:
@@ -351,15 +374,21 @@ def main() -> None:
                         "and every client to the rest, so that no client runs on the server's "
                         "cores (default: both may use every core, as a trial's clients do)")
     p.add_argument("--together", action="store_true",
-                   help="run tuner and vllm bench on the server at the same time, each with "
-                        "--concurrency in flight, so both measure through the same seconds "
-                        "(the server then holds twice the load); default: each in its turn")
+                   help="run tuner, vllm bench and guidellm on the server at the same time, each "
+                        "with --concurrency in flight, so all measure through the same seconds "
+                        "(the server then holds that load times the clients); default: each in "
+                        "its turn")
+    p.add_argument("--guidellm-delay", type=float, default=5.0,
+                   help="with --together, seconds from vllm bench's start to guidellm's in the "
+                        "first round (vllm bench takes that much longer to reach its first "
+                        "request here); each next round moves it by how far guidellm's timed "
+                        "window opened from vllm bench's, so the windows line up")
     p.add_argument("--keep", type=Path, default=None,
                    help="a folder to keep every client's raw results in (per request)")
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
                    help="guidellm's executable, or `none` to leave guidellm out")
     a = p.parse_args()
-    with_guidellm = a.guidellm != "none" and not a.together
+    with_guidellm = a.guidellm != "none"
     if with_guidellm and not Path(a.guidellm).exists():
         sys.exit(f"--guidellm: {a.guidellm} not found; install it as this script's docstring "
                  f"says, or pass --guidellm none")
@@ -379,11 +408,9 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-    if a.together and (a.tuner_ids or with_guidellm):
-        print("--together runs tuner (text) and vllm bench only: `tuner ids` and guidellm are "
-              "left out")
-    kinds = (["tuner", REFERENCE] if a.together else
-             ["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids else [])
+    if a.together and a.tuner_ids:
+        print("--together runs tuner with text prompts only: `tuner ids` is left out")
+    kinds = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids and not a.together else [])
              + (["guidellm"] if with_guidellm else []))
     sets = list(dict.fromkeys(a.prompts))
     clients = [(kind, prompts) for prompts in sets for kind in kinds]
@@ -401,21 +428,26 @@ def main() -> None:
             print(f"server on cores {list(server_cpus)}, clients on {list(client_cpus)}")
         try:
             server.wait_ready(300)
-            rows = []
+            rows, guidellm_delay = [], a.guidellm_delay
             for r in range(a.rounds):
                 texts, files = {}, {}
                 for prompts in sets:  # made before any client runs, so none waits on them
                     texts[prompts] = shared_prompts(prompts, model, a, r)
                     files[prompts] = write_dataset(texts[prompts],
                                                    out / f"prompts-{prompts}-{r}.jsonl")
-                got, covered = {}, []
+                got, overlaps = {}, []
                 if a.together:
                     for prompts in sets:
-                        tag = f"{prompts}-{r}"
-                        (got[row_name("tuner", prompts)], got[row_name(REFERENCE, prompts)],
-                         share) = together(plan.base_url, model, a, texts[prompts],
-                                           files[prompts], tag, out)
-                        covered.append(share)
+                        figures, windows = together(plan.base_url, model, a, texts[prompts],
+                                                    files[prompts], f"{prompts}-{r}", out,
+                                                    a.guidellm if with_guidellm else None,
+                                                    guidellm_delay)
+                        if "guidellm" in windows:  # open the next round's windows together
+                            guidellm_delay = max(0.0, guidellm_delay + windows[REFERENCE][0]
+                                                 - windows["guidellm"][0])
+                        for who in figures:
+                            got[row_name(who, prompts)] = figures[who]
+                        overlaps.append(overlap_line(windows))
                 turn = r % len(clients)
                 order = [] if a.together else clients[turn:] + clients[:turn]
                 for kind, prompts in order:
@@ -432,9 +464,7 @@ def main() -> None:
                     got[row_name(kind, prompts)] = figures
                 rows.append({row_name(k, p): got[row_name(k, p)] for k, p in clients})
                 line = round_line(r, rows[-1])
-                if covered:
-                    line += (" | tuner's window covered "
-                             + ", ".join(f"{c:.0%}" for c in covered) + " of vllm bench's")
+                line += "".join(" | " + o for o in overlaps)
                 print(line, flush=True)
         finally:
             server.stop()

@@ -67,8 +67,8 @@ def main() -> None:
             texts = shared_prompts("corpus", model, a, r)  # both clients send the same ones
             dataset = write_dataset(texts, Path(tmp) / f"prompts-{r}.jsonl")
             if a.together:
-                tuner_f, bench_f, _ = together(url, model, a, texts, dataset, str(r), Path(tmp))
-                measured = [("tuner", tuner_f), ("vllm bench", bench_f)]
+                figures, _ = together(url, model, a, texts, dataset, str(r), Path(tmp), None)
+                measured = list(figures.items())
             else:
                 measured = [(who, tuner_client(url, model, a, texts, str(r), Path(tmp),
                                                ids=False)[0] if who == "tuner" else
