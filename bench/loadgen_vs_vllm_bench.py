@@ -3,7 +3,7 @@ run. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
         [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none] \
-        [--server-cores 1] [--prompts corpus random] [--together]
+        [--server-cores 1] [--prompts corpus random] [--no-together] [--output-spread 0.5]
 
 guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
 (the default `--guidellm` is its executable there; the CPU wheel of torch keeps it small):
@@ -13,28 +13,38 @@ guidellm pins click and multidict below what vLLM's CPU build needs, so it gets 
 
 The server is started the way a trial starts it (vLLM adapter + launcher; prefix caching off, as
 the command line now really says). Each round runs every client with the same load: the same
-prompt texts in the same order, `--input-len` tokens each, for the server to tokenize (one file
+prompts in the same order, `--input-len` tokens each, for the server to tokenize (one file
 per round: tuner's corpus windows decoded, or vLLM's random dataset made by vllm's own code;
-vllm bench reads it as its custom dataset, guidellm as a JSON-lines dataset), exactly
-`--output-len` tokens out (ignore_eos), greedy, streamed, `--concurrency` requests in flight
+vllm bench reads it as its custom dataset, guidellm as a JSON-lines dataset), each with its
+reply length (ignore_eos), greedy, streamed, `--concurrency` requests in flight
 (each client sends the next one when one ends), `--warmup` requests first and left out (the
 first prompt again and again, as vllm bench warms up), then `--requests` timed ones; with
 several `--prompts` every client runs on each set and is compared with vllm bench on the same
 set. The texts are shared because the server's speed depends on them: with prefix caching on,
 vLLM's random dataset on this 512-token vocabulary repeats prompts (its runs of consecutive ids
-have ~500 starts), which a cache serves without prefill. The order of the clients
-rotates from round to round so drift on a noisy machine favours none.
+have ~500 starts), which a cache serves without prefill.
 
-With `--together`, tuner and vllm bench run at the same time instead of in turns, each keeping
-`--concurrency` in flight (the server holds twice that): tuner starts its warm-up when vllm
-bench starts its own, so their timed windows open together and each closes at its own
-`--requests`-th completion; each round prints how much of vllm bench's window tuner's covered
-(both clocks are perf_counter, one clock per machine). Taking turns, each client meets the
-machine at other seconds: on a shared 2-core VM the server's tokens per CPU-second move 10-40%
-between turns with its core busy all the time (a loop in the core's caches holds within 2%
-there, a copy through DRAM moves about 10%), and no affordable number of rounds narrows that
-to a 5% verdict. Measured together, the two share every batch, so what differs is
-the clients alone. guidellm and `tuner ids` run only in turns.
+Reply lengths are drawn uniformly from `--output-len` x (1 - S .. 1 + S), S = `--output-spread`
+(0.5 by default; the same draw for every client). With one length for all (`--output-spread 0`),
+requests that start together finish in the same decode step and start again together, so a
+client's requests move in groups for the whole run, each request's prefill queued behind its
+group's: vllm bench's 8 start at once after its drained warm-up and stayed one group of 8, while
+tuner's continuous workers had drifted apart, and the median TTFTs then differed by 25-30% on
+one server at one time for that reason alone. Spread lengths break the groups up.
+
+The clients run at the same time (`--no-together`: in turns, in an order that rotates each
+round), each keeping `--concurrency` in flight (the server holds that times the clients):
+tuner starts its warm-up when vllm bench starts its own, so their timed windows open together;
+guidellm reaches its first request sooner, so it starts `--guidellm-delay` s after vllm bench,
+and each next round moves that delay by how far guidellm's window opened from vllm bench's.
+Each window closes at its client's own `--requests`-th completion; each round prints how much
+of vllm bench's window every other client's covered and how far apart they opened (all on
+perf_counter, one clock per machine). Taking turns, each client meets the machine at other
+seconds: on a shared 2-core VM the server's tokens per CPU-second move 10-40% between turns with
+its core busy all the time (a loop in the core's caches holds within 2% there, a copy through
+DRAM moves about 10%), and no affordable number of rounds narrows that to a 5% verdict.
+Measured together, the clients share every batch, so what differs is the clients alone.
+`tuner ids` runs only in turns.
 
 With `--server-cores N`
 the server is held to the first N cores and the clients to the rest, so on a small machine a
@@ -353,19 +363,20 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
-    p.add_argument("--output-spread", type=float, default=0.0,
+    p.add_argument("--output-spread", type=float, default=0.5,
                    help="reply lengths drawn uniformly from --output-len x (1 - S .. 1 + S), "
-                        "the same for every client (default 0: all --output-len), so that "
-                        "requests that start together do not stay in step")
+                        "the same for every client, so that requests that start together do "
+                        "not stay in step (0: all --output-len)")
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--prompts", nargs="+", choices=PROMPT_SETS, default=["corpus"],
                    help="the prompt texts every client sends, the same ones in the same order: "
                         "tuner's corpus windows, vLLM's random dataset, or both (each client "
                         "then runs once on each, and is compared with vllm bench on the same)")
-    p.add_argument("--tuner-ids", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--tuner-ids", action=argparse.BooleanOptionalAction, default=None,
                    help="also run tuner with the prompts as token ids, as a trial's synthetic "
-                        "prompts are (its row `tuner ids`); the `tuner` row sends the text")
+                        "prompts are (its row `tuner ids`; in turns only, and there by "
+                        "default); the `tuner` row sends the text")
     p.add_argument("--autogroup-nice", type=int, default=None,
                    help="run in a session of its own whose scheduling autogroup has this nice "
                         "(-20..19; below 0 needs root), so other sessions' work moves rounds less")
@@ -373,11 +384,11 @@ def main() -> None:
                    help="hold the server (every process of it) to this many of the first cores "
                         "and every client to the rest, so that no client runs on the server's "
                         "cores (default: both may use every core, as a trial's clients do)")
-    p.add_argument("--together", action="store_true",
+    p.add_argument("--together", action=argparse.BooleanOptionalAction, default=True,
                    help="run tuner, vllm bench and guidellm on the server at the same time, each "
                         "with --concurrency in flight, so all measure through the same seconds "
-                        "(the server then holds that load times the clients); default: each in "
-                        "its turn")
+                        "(the server then holds that load times the clients); --no-together: "
+                        "each in its turn")
     p.add_argument("--guidellm-delay", type=float, default=5.0,
                    help="with --together, seconds from vllm bench's start to guidellm's in the "
                         "first round (vllm bench takes that much longer to reach its first "
@@ -388,6 +399,9 @@ def main() -> None:
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
                    help="guidellm's executable, or `none` to leave guidellm out")
     a = p.parse_args()
+    if not 0 <= a.output_spread < 1:
+        sys.exit(f"--output-spread: {a.output_spread} is not in 0..1 (a share of --output-len); "
+                 f"pass e.g. 0.5, or 0 for one length")
     with_guidellm = a.guidellm != "none"
     if with_guidellm and not Path(a.guidellm).exists():
         sys.exit(f"--guidellm: {a.guidellm} not found; install it as this script's docstring "
@@ -409,8 +423,10 @@ def main() -> None:
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
     if a.together and a.tuner_ids:
-        print("--together runs tuner with text prompts only: `tuner ids` is left out")
-    kinds = (["tuner", REFERENCE] + (["tuner ids"] if a.tuner_ids and not a.together else [])
+        sys.exit("--tuner-ids: together, tuner runs with text prompts only; pass --no-together "
+                 "to add `tuner ids` in turns")
+    kinds = (["tuner", REFERENCE] + (["tuner ids"] if not a.together and a.tuner_ids is not False
+                                     else [])
              + (["guidellm"] if with_guidellm else []))
     sets = list(dict.fromkeys(a.prompts))
     clients = [(kind, prompts) for prompts in sets for kind in kinds]
@@ -470,7 +486,9 @@ def main() -> None:
             server.stop()
 
     print(f"\nconcurrency {a.concurrency}, {a.warmup} warm-up + {a.requests} timed requests, "
-          f"{a.input_len} tokens in / {a.output_len} out, {a.rounds} rounds, prompts: "
+          f"{a.input_len} tokens in / {a.output_len} out (x {1 - a.output_spread:g}-"
+          f"{1 + a.output_spread:g}), {'together' if a.together else 'in turns'}, "
+          f"{a.rounds} rounds, prompts: "
           f"{', '.join(sets)}; medians over rounds, ratios to vllm bench on the same prompts "
           f"[range over rounds]:")
     print("\n".join(table(rows)))

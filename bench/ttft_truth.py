@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 from fake_openai_server import Script, serve_in_process  # noqa: E402
 from loadgen_vs_vllm_bench import (  # noqa: E402
+    overlap_line,
     shared_prompts,
     together,
     tuner_client,
@@ -53,39 +54,56 @@ def main() -> None:
                         "loadgen_vs_vllm_bench.py (default 0: all --output-len)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--together", action="store_true",
-                   help="both clients at once, as loadgen_vs_vllm_bench.py --together runs them "
-                        "(each with --concurrency in flight); default: in turns")
+                   help="the clients at once, as loadgen_vs_vllm_bench.py runs them (each with "
+                        "--concurrency in flight); default: in turns")
+    p.add_argument("--guidellm", default="none",
+                   help="with --together, guidellm's executable, to run it as a third client "
+                        "(it starts --guidellm-delay s after vllm bench, as in "
+                        "loadgen_vs_vllm_bench.py); default: none")
+    p.add_argument("--guidellm-delay", type=float, default=5.0)
     a = p.parse_args()
+    if a.guidellm != "none" and not (a.together and Path(a.guidellm).exists()):
+        sys.exit(f"--guidellm: runs only with --together, and {a.guidellm} must exist (see "
+                 f"loadgen_vs_vllm_bench.py for its install line)")
     # What loadgen_vs_vllm_bench's clients read from their arguments.
-    a.guidellm, a.max_num_seqs, a.autogroup_nice, a.keep, a.tuner_ids = "none", 0, None, None, False
+    a.max_num_seqs, a.autogroup_nice, a.keep, a.tuner_ids = 0, None, None, False
 
     model, _, _ = tiny_vllm(a.model)
     script = Script(ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000)
     got: dict[str, list] = {"tuner": [], "vllm bench": []}
+    if a.guidellm != "none":
+        got["guidellm"] = []
+    delay = a.guidellm_delay
     with serve_in_process(script) as (url, _pid), tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             texts = shared_prompts("corpus", model, a, r)  # both clients send the same ones
             dataset = write_dataset(texts, Path(tmp) / f"prompts-{r}.jsonl")
             if a.together:
-                figures, _ = together(url, model, a, texts, dataset, str(r), Path(tmp), None)
+                figures, windows = together(url, model, a, texts, dataset, str(r), Path(tmp),
+                                            None if a.guidellm == "none" else a.guidellm, delay)
                 measured = list(figures.items())
+                if "guidellm" in windows:  # as loadgen_vs_vllm_bench.py lines the windows up
+                    delay = max(0.0, delay + windows["vllm bench"][0] - windows["guidellm"][0])
+                print(f"round {r}: {overlap_line(windows)}")
             else:
                 measured = [(who, tuner_client(url, model, a, texts, str(r), Path(tmp),
                                                ids=False)[0] if who == "tuner" else
                              vllm_bench_client(url, model, a, dataset, str(r), Path(tmp)))
-                            for who in (list(got) if r % 2 == 0 else list(reversed(got)))]
+                            for who in (["tuner", "vllm bench"][::1 if r % 2 == 0 else -1])]
             for who, f in measured:
                 got[who].append(f)
+                itl = "—" if f.itl_p50_ms is None else f"{f.itl_p50_ms:5.2f}"
                 print(f"round {r} {who:<11} TTFT p50 {f.ttft_p50_ms:6.2f} ms  ITL p50 "
-                      f"{f.itl_p50_ms:5.2f} ms  {f.output_tok_s:>9,.0f} tok/s", flush=True)
+                      f"{itl} ms  {f.output_tok_s:>9,.0f} tok/s", flush=True)
     print(f"\nfake server: TTFT {a.ttft_ms:g} ms, ITL {a.itl_ms:g} ms; c={a.concurrency}, "
           f"{a.requests} requests a round, {a.rounds} rounds (medians over rounds)")
     print(f"{'client':<12}{'TTFT p50 ms':>12}{'excess ms':>11}{'ITL p50 ms':>12}{'tok/s':>10}")
     for who, figures in got.items():
         ttft = statistics.median(f.ttft_p50_ms for f in figures)
-        itl = statistics.median(f.itl_p50_ms for f in figures)
+        itl = ("—" if figures[0].itl_p50_ms is None else
+               f"{statistics.median(f.itl_p50_ms for f in figures):.2f}")
         tok_s = statistics.median(f.output_tok_s for f in figures)
-        print(f"{who:<12}{ttft:>12.2f}{ttft - a.ttft_ms:>11.2f}{itl:>12.2f}{tok_s:>10,.0f}")
+        print(f"{who:<12}{ttft:>12.2f}{ttft - a.ttft_ms:>11.2f}{itl:>12}{tok_s:>10,.0f}")
 
 
 if __name__ == "__main__":

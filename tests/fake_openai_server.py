@@ -119,7 +119,11 @@ class FakeOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/health", self.health)  # as vLLM's: guidellm checks it first
         return app
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response()
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         self.arrivals.append(asyncio.get_running_loop().time())
