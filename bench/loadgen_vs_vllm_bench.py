@@ -36,7 +36,8 @@ The clients run at the same time (`--no-together`: in turns, in an order that ro
 round), each keeping `--concurrency` in flight (the server holds that times the clients):
 tuner starts its warm-up when vllm bench starts its own, so their timed windows open together;
 guidellm reaches its first request sooner, so it starts `--guidellm-delay` s after vllm bench,
-and each next round moves that delay by how far guidellm's window opened from vllm bench's.
+and each next round moves that delay by half of how far guidellm's window opened from vllm
+bench's (a whole step overshoots: guidellm starts more slowly once the others' load runs).
 Each window closes at its client's own `--requests`-th completion; each round prints how much
 of vllm bench's window every other client's covered and how far apart they opened (all on
 perf_counter, one clock per machine). Taking turns, each client meets the machine at other
@@ -258,6 +259,15 @@ def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
             {who: window for who, (_, window) in got.items()})
 
 
+def next_guidellm_delay(delay: float, windows: dict[str, tuple[float, float]]) -> float:
+    """The next round's guidellm delay: moved by half of how far guidellm's window opened from
+    vllm bench's, so the windows open together. Half: guidellm starts more slowly once the
+    other clients' load is running, so a whole step overshoots by about as much again."""
+    if "guidellm" not in windows:
+        return delay
+    return max(0.0, delay + (windows[REFERENCE][0] - windows["guidellm"][0]) / 2)
+
+
 def overlap_line(windows: dict[str, tuple[float, float]]) -> str:
     """How each client's timed window sat against vllm bench's: the share of vllm bench's that
     it covered, and how much earlier (-) or later it opened."""
@@ -392,8 +402,8 @@ def main() -> None:
     p.add_argument("--guidellm-delay", type=float, default=5.0,
                    help="with --together, seconds from vllm bench's start to guidellm's in the "
                         "first round (vllm bench takes that much longer to reach its first "
-                        "request here); each next round moves it by how far guidellm's timed "
-                        "window opened from vllm bench's, so the windows line up")
+                        "request here); each next round moves it by half of how far guidellm's "
+                        "timed window opened from vllm bench's, so the windows line up")
     p.add_argument("--keep", type=Path, default=None,
                    help="a folder to keep every client's raw results in (per request)")
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
@@ -458,9 +468,7 @@ def main() -> None:
                                                     files[prompts], f"{prompts}-{r}", out,
                                                     a.guidellm if with_guidellm else None,
                                                     guidellm_delay)
-                        if "guidellm" in windows:  # open the next round's windows together
-                            guidellm_delay = max(0.0, guidellm_delay + windows[REFERENCE][0]
-                                                 - windows["guidellm"][0])
+                        guidellm_delay = next_guidellm_delay(guidellm_delay, windows)
                         for who in figures:
                             got[row_name(who, prompts)] = figures[who]
                         overlaps.append(overlap_line(windows))

@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 from fake_openai_server import Script, serve_in_process  # noqa: E402
 from loadgen_vs_vllm_bench import (  # noqa: E402
+    next_guidellm_delay,
     overlap_line,
     shared_prompts,
     together,
@@ -82,8 +83,7 @@ def main() -> None:
                 figures, windows = together(url, model, a, texts, dataset, str(r), Path(tmp),
                                             None if a.guidellm == "none" else a.guidellm, delay)
                 measured = list(figures.items())
-                if "guidellm" in windows:  # as loadgen_vs_vllm_bench.py lines the windows up
-                    delay = max(0.0, delay + windows["vllm bench"][0] - windows["guidellm"][0])
+                delay = next_guidellm_delay(delay, windows)
                 print(f"round {r}: {overlap_line(windows)}")
             else:
                 measured = [(who, tuner_client(url, model, a, texts, str(r), Path(tmp),
