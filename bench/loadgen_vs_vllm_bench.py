@@ -227,11 +227,12 @@ def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
     proc = subprocess.Popen(vllm_bench_command(base_url, model, a, dataset, result),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    started: list = []
+    started: list = []  # guidellm's (process, report), once its timer has fired
     later = threading.Timer(guidellm_delay, lambda: started.append(start_guidellm(
         guidellm, base_url, model, a, as_sent(prompts, a.warmup), tag, out_dir)))
-    if guidellm:
-        later.start()
+    if not guidellm:
+        later.cancel()  # it then ends as soon as it starts, starting nothing
+    later.start()
     lines: list[str] = []
     try:
         for line in proc.stdout:  # until vllm bench starts sending its load
@@ -249,7 +250,7 @@ def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
             proc.wait(timeout=900)
             rest.join()
     finally:
-        later.join() if guidellm else None
+        later.join()
     if proc.returncode != 0:
         sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
     got[REFERENCE] = vllm_bench_figures(result)
@@ -412,6 +413,10 @@ def main() -> None:
     if not 0 <= a.output_spread < 1:
         sys.exit(f"--output-spread: {a.output_spread} is not in 0..1 (a share of --output-len); "
                  f"pass e.g. 0.5, or 0 for one length")
+    if a.together and a.tuner_ids:
+        sys.exit("--tuner-ids: together, tuner runs with text prompts only; pass --no-together "
+                 "to add `tuner ids` in turns")
+    tuner_ids = not a.together if a.tuner_ids is None else a.tuner_ids
     with_guidellm = a.guidellm != "none"
     if with_guidellm and not Path(a.guidellm).exists():
         sys.exit(f"--guidellm: {a.guidellm} not found; install it as this script's docstring "
@@ -432,11 +437,7 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-    if a.together and a.tuner_ids:
-        sys.exit("--tuner-ids: together, tuner runs with text prompts only; pass --no-together "
-                 "to add `tuner ids` in turns")
-    kinds = (["tuner", REFERENCE] + (["tuner ids"] if not a.together and a.tuner_ids is not False
-                                     else [])
+    kinds = (["tuner", REFERENCE] + (["tuner ids"] if tuner_ids else [])
              + (["guidellm"] if with_guidellm else []))
     sets = list(dict.fromkeys(a.prompts))
     clients = [(kind, prompts) for prompts in sets for kind in kinds]
