@@ -2,7 +2,7 @@
 run. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
-        [--concurrency 8] [--requests 128] [--rounds 3] [--guidellm PATH | --guidellm none] \
+        [--concurrency 8] [--requests 256] [--rounds 9] [--guidellm PATH | --guidellm none] \
         [--server-cores 1] [--prompts corpus random] [--no-together] [--output-spread 0.5]
 
 guidellm pins click and multidict below what vLLM's CPU build needs, so it gets a venv of its own
@@ -32,19 +32,27 @@ group's: vllm bench's 8 start at once after its drained warm-up and stayed one g
 tuner's continuous workers had drifted apart, and the median TTFTs then differed by 25-30% on
 one server at one time for that reason alone. Spread lengths break the groups up.
 
-The clients run at the same time (`--no-together`: in turns, in an order that rotates each
-round), each keeping `--concurrency` in flight (the server holds that times the clients):
-tuner starts its warm-up when vllm bench starts its own, so their timed windows open together;
-guidellm reaches its first request sooner, so it starts `--guidellm-delay` s after vllm bench,
-and each next round moves that delay by half of how far guidellm's window opened from vllm
-bench's (a whole step overshoots: guidellm starts more slowly once the others' load runs).
+Each other client runs at the same time as a vllm bench run of its own (`--no-together`: all
+in turns, in an order that rotates each round): each round runs vllm bench with tuner, then
+vllm bench with guidellm, on the same prompts, each keeping `--concurrency` in flight (the
+server holds twice that), and each client is compared with the vllm bench run beside it (the
+row `vllm bench beside guidellm`). In pairs rather than all three at once: the clients share
+the cores left to them, and a third client's CPU use slows vllm bench's reading of its streams
+more than tuner's (vllm bench uses about 3.5x tuner's CPU per request here), which moved
+tuner's TTFT ratio by ~3-6% on a 14 ms TTFT. tuner starts its warm-up when vllm bench starts
+its own, so their timed windows open together; guidellm reaches its first request sooner, so
+it starts `--guidellm-delay` s after vllm bench, and each next round moves that delay by half
+of how far guidellm's window opened from vllm bench's (a whole step overshoots: guidellm
+starts more slowly once the others' load runs).
 Each window closes at its client's own `--requests`-th completion; each round prints how much
-of vllm bench's window every other client's covered and how far apart they opened (all on
+of vllm bench's window the other client's covered and how far apart they opened (all on
 perf_counter, one clock per machine). Taking turns, each client meets the machine at other
 seconds: on a shared 2-core VM the server's tokens per CPU-second move 10-40% between turns with
 its core busy all the time (a loop in the core's caches holds within 2% there, a copy through
 DRAM moves about 10%), and no affordable number of rounds narrows that to a 5% verdict.
-Measured together, the clients share every batch, so what differs is the clients alone.
+Measured together, the two clients share every batch, so what differs is the clients alone.
+The defaults (256 timed requests, 9 rounds) are sized for that verdict: a round's median TTFT
+over 128 requests put its ratio anywhere in 0.93-1.09 (9 rounds), over 256 in 0.98-1.04.
 `tuner ids` runs only in turns.
 
 With `--server-cores N`
@@ -73,6 +81,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -214,38 +223,41 @@ def vllm_bench_client(base_url, model, a, dataset: Path, tag: str, out_dir: Path
 
 
 def together(base_url, model, a, prompts: list[Prompt], dataset: Path, tag: str,
-             out_dir: Path, guidellm: str | None, guidellm_delay: float = 0.0
+             out_dir: Path, partner: str, guidellm: str | None = None,
+             guidellm_delay: float = 0.0
              ) -> tuple[dict[str, Figures], dict[str, tuple[float, float]]]:
-    """tuner, vllm bench (and guidellm, given its executable) on the server at the same time,
-    each keeping `concurrency` requests in flight, so all measure through the same seconds of a
-    machine whose speed moves between turns. tuner starts its warm-up when vllm bench starts its
-    own, so their timed windows open together; guidellm starts `guidellm_delay` seconds after
-    vllm bench does (it reaches its first request sooner). Each window ends at its client's own
-    `requests`-th completion. Returns each client's figures and its timed window (perf_counter
-    begin, end)."""
-    result = out_dir / f"bench-{tag}.json"
+    """vllm bench and one `partner` (tuner, or guidellm given its executable) on the server at
+    the same time, each keeping `concurrency` requests in flight, so both measure through the
+    same seconds of a machine whose speed moves between turns. tuner starts its warm-up when
+    vllm bench starts its own, so their timed windows open together; guidellm starts
+    `guidellm_delay` seconds after vllm bench does (it reaches its first request sooner). Each
+    window ends at its client's own `requests`-th completion. Returns each client's figures and
+    its timed window (perf_counter begin, end)."""
+    result = out_dir / f"bench-{partner}-{tag}.json"
     proc = subprocess.Popen(vllm_bench_command(base_url, model, a, dataset, result),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     started: list = []  # guidellm's (process, report), once its timer has fired
     later = threading.Timer(guidellm_delay, lambda: started.append(start_guidellm(
         guidellm, base_url, model, a, as_sent(prompts, a.warmup), tag, out_dir)))
-    if not guidellm:
+    if partner != "guidellm":
         later.cancel()  # it then ends as soon as it starts, starting nothing
     later.start()
     lines: list[str] = []
+    got = {}
     try:
         for line in proc.stdout:  # until vllm bench starts sending its load
             lines.append(line)
             if line.startswith(("Warming up", "Starting main benchmark run")):
                 break
-        else:  # it ended before sending any load: no tuner run to pair with it
+        else:  # it ended before sending any load: no partner run to pair with it
             proc.wait(timeout=60)
             sys.exit("vllm bench serve failed:\n" + "".join(lines)[-3000:])
         rest = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         rest.start()  # read on, so its output never fills the pipe and stalls it
         try:
-            got = {"tuner": tuner_client(base_url, model, a, prompts, tag, out_dir, ids=False)}
+            if partner == "tuner":
+                got["tuner"] = tuner_client(base_url, model, a, prompts, tag, out_dir, ids=False)
         finally:
             proc.wait(timeout=900)
             rest.join()
@@ -290,10 +302,25 @@ def own_autogroup(nice: int) -> None:
                  f"leader) on a kernel with scheduler autogroups, or leave the option out")
 
 
-def reference_of(who: str) -> str:
-    """The row a client's ratios are taken to: vllm bench on the same prompts."""
-    _, sep, prompts = who.partition(" · ")
-    return REFERENCE + sep + prompts
+def beside(kind: str) -> str:
+    """The row of the vllm bench run that ran at the same time as guidellm's (together, each
+    other client is paired with a vllm bench run of its own)."""
+    return f"{REFERENCE} beside {kind}"
+
+
+def is_reference(who: str) -> bool:
+    return who.partition(" · ")[0].startswith(REFERENCE)
+
+
+def reference_of(who: str, row: dict[str, Figures]) -> str:
+    """The row a client's ratios are taken to: the vllm bench run on the same prompts that ran
+    beside it (together), or vllm bench on the same prompts (in turns); a vllm bench row is its
+    own."""
+    if is_reference(who):
+        return who
+    kind, sep, prompts = who.partition(" · ")
+    paired = beside(kind) + sep + prompts
+    return paired if paired in row else REFERENCE + sep + prompts
 
 
 def round_line(r: int, got: dict[str, Figures]) -> str:
@@ -323,7 +350,7 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
         line = f"{who:<{width}}" + "".join(cells)
         line += _fmt(statistics.median(row[who].input_tokens for row in rows), 11, ".1f")
         for _, field in COLUMNS:
-            ratios = [getattr(row[who], field) / getattr(row[reference_of(who)], field)
+            ratios = [getattr(row[who], field) / getattr(row[reference_of(who, row)], field)
                       for row in rows if getattr(row[who], field) is not None]
             line += (f"{'—':>20}" if not ratios else
                      f"{statistics.median(ratios):>9.3f} [{min(ratios):.2f}–{max(ratios):.2f}]")
@@ -347,14 +374,16 @@ def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
     when the whole interval is; otherwise this run's rounds vary too much to tell."""
     out = []
     for who in rows[0]:
-        ref = reference_of(who)
-        if who == ref:
+        if is_reference(who):
             continue
+        ref = reference_of(who, rows[0])
         for name, field in COLUMNS[:2]:
             ratios = [getattr(row[who], field) / getattr(row[ref], field) for row in rows]
             ratio = statistics.median(ratios)
             low, high = median_interval(ratios)
-            if 1 - AGREE <= low and high <= 1 + AGREE:
+            if len(rows) < 3:
+                mark = "undecided: fewer than 3 rounds give no interval (pass --rounds 3 or more)"
+            elif 1 - AGREE <= low and high <= 1 + AGREE:
                 mark = f"within {AGREE:.0%}"
             elif high < 1 - AGREE or low > 1 + AGREE:
                 mark = f"NOT within {AGREE:.0%}"
@@ -370,7 +399,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=".tuner/models/tiny-gpt-oss")
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--requests", type=int, default=256)
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
@@ -379,7 +408,7 @@ def main() -> None:
                         "the same for every client, so that requests that start together do "
                         "not stay in step (0: all --output-len)")
     p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--prompts", nargs="+", choices=PROMPT_SETS, default=["corpus"],
                    help="the prompt texts every client sends, the same ones in the same order: "
                         "tuner's corpus windows, vLLM's random dataset, or both (each client "
@@ -396,10 +425,10 @@ def main() -> None:
                         "and every client to the rest, so that no client runs on the server's "
                         "cores (default: both may use every core, as a trial's clients do)")
     p.add_argument("--together", action=argparse.BooleanOptionalAction, default=True,
-                   help="run tuner, vllm bench and guidellm on the server at the same time, each "
-                        "with --concurrency in flight, so all measure through the same seconds "
-                        "(the server then holds that load times the clients); --no-together: "
-                        "each in its turn")
+                   help="run vllm bench with tuner, then with guidellm, each pair on the server "
+                        "at the same time with --concurrency each in flight, so a pair measures "
+                        "through the same seconds (the server then holds twice that load); "
+                        "--no-together: each client in its turn")
     p.add_argument("--guidellm-delay", type=float, default=5.0,
                    help="with --together, seconds from vllm bench's start to guidellm's in the "
                         "first round (vllm bench takes that much longer to reach its first "
@@ -438,7 +467,9 @@ def main() -> None:
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
     kinds = (["tuner", REFERENCE] + (["tuner ids"] if tuner_ids else [])
-             + (["guidellm"] if with_guidellm else []))
+             + (["guidellm"] if with_guidellm else [])
+             + ([beside("guidellm")] if with_guidellm and a.together else []))
+    partners = ["tuner"] + (["guidellm"] if with_guidellm else [])
     sets = list(dict.fromkeys(a.prompts))
     clients = [(kind, prompts) for prompts in sets for kind in kinds]
 
@@ -464,14 +495,14 @@ def main() -> None:
                                                    out / f"prompts-{prompts}-{r}.jsonl")
                 got, overlaps = {}, []
                 if a.together:
-                    for prompts in sets:
+                    for prompts, partner in itertools.product(sets, partners):
                         figures, windows = together(plan.base_url, model, a, texts[prompts],
                                                     files[prompts], f"{prompts}-{r}", out,
-                                                    a.guidellm if with_guidellm else None,
-                                                    guidellm_delay)
+                                                    partner, a.guidellm, guidellm_delay)
                         guidellm_delay = next_guidellm_delay(guidellm_delay, windows)
                         for who in figures:
-                            got[row_name(who, prompts)] = figures[who]
+                            ref = who == REFERENCE and partner != "tuner"
+                            got[row_name(beside(partner) if ref else who, prompts)] = figures[who]
                         overlaps.append(overlap_line(windows))
                 turn = r % len(clients)
                 order = [] if a.together else clients[turn:] + clients[:turn]
