@@ -101,7 +101,7 @@ from scipy import stats
 from tiny_vllm import tiny_vllm
 
 from tuner.measure.client import Prompt
-from tuner.measure.loadgen import run_sweep
+from tuner.measure.loadgen import MIN_ROUNDS, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import as_text, corpus_token_prompts
 from tuner.measure.stats import CONFIDENCE
@@ -364,7 +364,7 @@ def table(rows: list[dict[str, Figures]]) -> list[str]:
 def median_interval(ratios: list[float]) -> tuple[float, float]:
     """A bootstrap interval of the median of the per-round ratios at tuner's confidence (95%;
     percentile method: BCa's jackknife is degenerate for a median of a few rounds)."""
-    if len(ratios) < 3 or len(set(ratios)) == 1:
+    if len(ratios) < MIN_ROUNDS or len(set(ratios)) == 1:
         return min(ratios), max(ratios)
     ci = stats.bootstrap((ratios,), np.median, confidence_level=CONFIDENCE, method="percentile",
                          n_resamples=9999, random_state=np.random.default_rng(0)
@@ -384,8 +384,9 @@ def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
             ratios = [getattr(row[who], field) / getattr(row[ref], field) for row in rows]
             ratio = statistics.median(ratios)
             low, high = median_interval(ratios)
-            if len(rows) < 3:
-                mark = "undecided: fewer than 3 rounds give no interval (pass --rounds 3 or more)"
+            if len(rows) < MIN_ROUNDS:
+                mark = (f"undecided: fewer than {MIN_ROUNDS} rounds give no interval (pass "
+                        f"--rounds {MIN_ROUNDS} or more)")
             elif 1 - AGREE <= low and high <= 1 + AGREE:
                 mark = f"within {AGREE:.0%}"
             elif high < 1 - AGREE or low > 1 + AGREE:
