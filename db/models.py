@@ -298,6 +298,14 @@ class QualityCheckModel(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     sample: Mapped[str | None] = mapped_column(Text)  # the first diverging answer, beside its ref
     answers: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    # The tie-aware gate (None on checks stored before it): answers by verdict, the rule that
+    # judged, and {"first_near_tie", "first_divergence": Flip dicts, "worst": Drift dict}.
+    identical: Mapped[int | None] = mapped_column(Integer)
+    near_ties: Mapped[int | None] = mapped_column(Integer)
+    diverging: Mapped[int | None] = mapped_column(Integer)
+    failed: Mapped[int | None] = mapped_column(Integer)  # requests that failed
+    rule: Mapped[str | None] = mapped_column(Text)  # its name, a colon, why it applied
+    flips: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
     trial: Mapped[TrialModel] = relationship(back_populates="quality_checks")
 

@@ -103,13 +103,25 @@ def render() -> None:
         q = trial.quality
         st.subheader("Quality, its answers against the study's reference")
         cols = st.columns(4)
-        cols[0].metric("exact match", f"{q.exact_match_rate:.0%}")
-        cols[1].metric("common prefix", f"{q.common_prefix_share:.0%}")
-        cols[2].metric("logprob divergence", "–" if q.mean_logprob_divergence is None
+        if q.identical is None:  # a check stored before the tie-aware gate
+            cols[0].metric("exact match", f"{q.exact_match_rate:.0%}")
+            cols[1].metric("common prefix", f"{q.common_prefix_share:.0%}")
+        else:
+            cols[0].metric("identical", f"{q.identical} of {q.prompts}")
+            cols[1].metric("near-ties", q.near_ties,
+                           help="Flipped where the two tokens were within the spec's margin "
+                           "on both sides: numerics, not an error. Never fails the gate alone.")
+            cols[2].metric("diverging", q.diverging)
+        cols[3].metric("logprob divergence", "–" if q.mean_logprob_divergence is None
                        else f"{q.mean_logprob_divergence:.3g} nats")
-        cols[3].metric("gate", f"{q.gate_s:.1f} s")
-        st.caption(f"{'passed' if q.passed else 'failed'} on {q.prompts} prompts"
-                   + (f"; {q.lossless} held to exact match" if q.lossless else ""))
+        st.caption(f"{'passed' if q.passed else 'failed'}: {dd.quality_figures(q)}; the gate "
+                   f"took {q.gate_s:.1f} s" + (f". Rule {q.rule}" if q.rule else ""))
+        flips = dd.quality_flips(trial)
+        if flips:
+            for col, view in zip(st.columns(len(flips)), flips, strict=True):
+                col.markdown(f"**{view.title}**")
+                col.caption(view.line)
+                col.dataframe(view.frame, hide_index=True, width="stretch")
         differ = dd.quality_answers(data, trial)
         if len(differ):
             st.markdown(f"**{len(differ)} answer(s) differ from the reference**")

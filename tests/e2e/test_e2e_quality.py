@@ -1,13 +1,36 @@
-"""The quality gate on real vLLM (CPU build) trials of the tiny gpt-oss: an FP8 (e5m2) KV cache
-really changes its greedy answers and is recorded as a `quality` failure with its figures, while
-n-gram speculation, lossless under greedy decoding, matches the reference exactly. One study of
-three trials (two at a time) and one reference server: marked `engine`."""
+"""The tie-aware quality gate on real vLLM (CPU build) servers of the tiny gpt-oss, at the gate's
+defaults (32 prompts, 32 tokens, margin and shares as shipped). Marked `engine`.
+
+One study, grid sampler, four trials after the reference (the engine defaults, TP1):
+- TP2 and TP2 with n-gram speculation reduce in another order and flip near-ties: they pass,
+  with their near-ties counted, judged by the tie-aware rule (speculation at other numerics);
+- TP1 with n-gram speculation has the reference's numerics: held to identical answers, it is;
+- an FP8 (e5m2) KV cache changes the model's arithmetic: it fails, naming its first divergence
+  (on a CPU without AVX-512 or AMX tuner refuses it before launch instead).
+Then two more real faults, each served beside the study's stored reference and judged by the
+gate's own functions: another RoPE base (`--hf-overrides`: the arithmetic) and a repetition
+penalty (`--override-generation-config`: the decoding). Both fail, naming their first divergence.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import REPO, base_spec, run_tuner, write_yaml
+from tests.conftest import base_spec, run_tuner, write_yaml
+from tuner.measure.quality import Answer, answer_all, quality_prompts
+from tuner.measure.quality_compare import RULE_EXACT, RULE_TIES, compare, gate_rule, shortfalls
+from tuner.search.context import resolve_executable
+from tuner.serve.engines import EngineSettings, get_adapter
+from tuner.serve.hardware import cpu_inventory
+from tuner.serve.launcher import ServerProcess, free_port
+from tuner.spec.quality_spec import QualitySpec
+from tuner.spec.space import read_model_shape
+from tuner.spec.study_spec import WorkloadSpec
 from tuner.store import Store
 
 pytestmark = [
@@ -15,21 +38,25 @@ pytestmark = [
     pytest.mark.usefixtures("vllm_installed"),
 ]
 
+SPACE = {"name": "quality", "engine": "vllm", "parameters": {
+    "speculative_method": {"values": ["none", "ngram"]},
+    "num_speculative_tokens": {"values": [2], "when": {"speculative_method": "ngram"}},
+    "tensor_parallel_size": {"values": [1, 2]},
+    # TP1 without speculation is the reference's own configuration: only its faulty KV cache.
+    "kv_cache_dtype": {"values": ["fp8_e5m2"],
+                       "when": {"speculative_method": "none", "tensor_parallel_size": 1}},
+}}
+WORKLOAD = {"prompt_source": "corpus", "input_len": 32, "output_len": 16, "concurrency": [4],
+            "requests_per_level": 8, "warmup_requests": 1}
+
 
 @pytest.fixture(scope="module")
 def quality_study(tmp_path_factory, tiny_model):
     d = tmp_path_factory.mktemp("quality")
-    space = (REPO / "search_spaces" / "tiny-moe-quality-cpu.yaml").read_text()
-    (d / "space.yaml").write_text(space)
-    spec = base_spec(tiny_model, space="space.yaml",
-                     workload={"prompt_source": "corpus", "input_len": 32, "output_len": 16,
-                               "concurrency": [4], "requests_per_level": 8,
-                               "warmup_requests": 1},
-                     sampler={"name": "grid"},
-                     quality={"prompts": 16, "max_tokens": 24},
-                     # After the reference, the trials two at a time, a core each: greedy
-                     # answers do not depend on how fast the server runs.
-                     budget={"n_trials": 3, "parallel_trials": 2, "trial_timeout_s": 400,
+    write_yaml(d / "space.yaml", SPACE)
+    spec = base_spec(tiny_model, space="space.yaml", workload=WORKLOAD,
+                     sampler={"name": "grid"}, quality={},  # the gate, at its defaults
+                     budget={"n_trials": 4, "parallel_trials": 2, "trial_timeout_s": 400,
                              "confirm_top_k": 0})
     spec["engine"]["args"]["max-num-seqs"] = 16
     write_yaml(d / "study.yaml", spec)
@@ -37,9 +64,11 @@ def quality_study(tmp_path_factory, tiny_model):
     (d / "run.out").write_text(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with Store.open(f"sqlite:///{d}/tuner.db", create=False) as store:
-        trials = {(t.params["kv_cache_dtype"], t.params.get("speculative_method")): t
+        trials = {(t.params.get("tensor_parallel_size"), t.params.get("speculative_method"),
+                   t.params.get("kv_cache_dtype", "auto")): t
                   for t in store.trials("test-study") if t.state != "infeasible"}
-    return proc.stdout, trials
+        reference = [Answer.from_dict(a) for a in store.reference("test-study").answers]
+    return proc.stdout, trials, reference
 
 
 def fp8_kv_cache_runs_on_this_cpu() -> bool:
@@ -50,27 +79,98 @@ def fp8_kv_cache_runs_on_this_cpu() -> bool:
     return torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported()
 
 
-def test_an_fp8_kv_cache_changes_the_answers_and_is_a_quality_failure(quality_study):
-    out, trials = quality_study
+@pytest.mark.parametrize("speculation", ["none", "ngram"])
+def test_tp2_passes_the_default_gate_with_its_near_ties_counted(quality_study, speculation):
+    _, trials, _ = quality_study
+    t = trials[(2, speculation, "auto")]
+    q = t.quality
+    assert t.state == "complete" and q.passed, t.failure_reason
+    assert q.rule.startswith(f"{RULE_TIES}: ")
+    if speculation == "ngram":  # lossless, but at other numerics: the tie-aware rule, and why
+        assert "speculative_method=ngram, but tensor_parallel_size=2 differs" in q.rule
+    assert q.identical + q.near_ties + q.diverging == q.prompts == 32
+    assert q.near_ties > 0  # TP2's other reduction order really flips near-ties here
+    assert q.diverging <= QualitySpec().max_diverging * q.prompts
+    flip = q.flips["first_near_tie"]
+    assert flip["reference_token"] in flip["trial_top"]
+    assert flip["trial_token"] in flip["reference_top"]
+
+
+def test_ngram_speculation_at_the_references_numerics_is_held_to_identical_answers(
+        quality_study):
+    out, trials, _ = quality_study
+    q = trials[(1, "ngram", "auto")].quality
+    assert q.passed and q.rule.startswith(f"{RULE_EXACT}: ")
+    assert q.identical == q.prompts and q.lossless == "speculative_method=ngram"
+    assert "quality: matches the reference (32 identical, 0 near-ties, 0 diverging of 32" in out
+
+
+def test_an_fp8_kv_cache_changes_the_answers_and_fails_naming_its_first_divergence(
+        quality_study):
+    out, trials, _ = quality_study
     if not fp8_kv_cache_runs_on_this_cpu():
         # Refused before launch (the adapter knows vLLM's rule): no server start spent on it.
         assert "KV cache fp8_e5m2 only on x86 with AVX-512 or AMX" in out
-        assert ("fp8_e5m2", None) not in trials
+        assert (1, "none", "fp8_e5m2") not in trials
         return
-    fp8 = trials[("fp8_e5m2", None)]
+    fp8 = trials[(1, "none", "fp8_e5m2")]
     assert (fp8.state, fp8.failure_kind) == ("failed", "quality"), fp8.failure_reason
     q = fp8.quality
-    assert not q.passed and q.exact_match_rate < 0.5
-    assert q.mean_logprob_divergence is not None  # vLLM returned the top logprobs
-    assert "exact match" in fp8.failure_reason and "first difference: prompt" in fp8.failure_reason
+    assert not q.passed and q.diverging > QualitySpec().max_diverging * q.prompts
+    assert "answers diverge" in fp8.failure_reason
+    assert "first difference: prompt " in fp8.failure_reason
+    assert q.flips["first_divergence"] is not None
     assert fp8.measurements  # measured first, like any trial
 
 
-def test_ngram_speculation_and_the_default_kv_cache_match_the_reference_exactly(quality_study):
-    out, trials = quality_study
-    for key in [("auto", "none"), ("auto", "ngram")]:
-        t = trials[key]
-        assert t.state == "complete" and t.quality.passed, (key, t.failure_reason)
-        assert t.quality.exact_match_rate == 1.0 and t.quality.common_prefix_share == 1.0
-    assert trials[("auto", "ngram")].quality.lossless == "speculative_method=ngram"
-    assert out.count("quality: matches the reference (exact 100%") == 2
+def _fault_answers(tiny_model: Path, extra_args: dict, core: int, run_dir: Path,
+                   q: QualitySpec) -> list[Answer]:
+    """The gate's prompts answered by a TP1 server of the study's fixed args plus
+    `extra_args`, held to one core."""
+    spec = base_spec(tiny_model)
+    settings = EngineSettings(executable=resolve_executable("vllm"), model=str(tiny_model),
+                              args={**spec["engine"]["args"], "max-num-seqs": 16, **extra_args},
+                              env=spec["engine"]["env"])
+    inv = cpu_inventory()
+    plan = get_adapter("vllm").launch_plan({}, settings, host="127.0.0.1", port=free_port(),
+                                           inventory=inv, devices=[core])
+    prompts = quality_prompts(WorkloadSpec(**WORKLOAD), q, tiny_model,
+                              read_model_shape(tiny_model).vocab_size)
+    server = ServerProcess(plan, run_dir, cpus=(core,))
+    server.start()
+    try:
+        server.wait_ready(300)
+        answers, _ = answer_all(plan.base_url, "completions", plan.model, prompts, q, 120)
+    finally:
+        server.stop()
+    return answers
+
+
+def rope_base(model: Path, theta: float) -> dict:
+    config = json.loads((model / "config.json").read_text())
+    return {"hf-overrides": {"rope_parameters": {**config["rope_parameters"],
+                                                 "rope_theta": theta}}}
+
+
+def test_another_rope_base_and_a_repetition_penalty_fail_naming_their_first_divergence(
+        quality_study, tiny_model, tmp_path):
+    _, _, reference = quality_study
+    q = QualitySpec()
+    faults = {"rope": rope_base(tiny_model, 10000.0),
+              "penalty": {"override-generation-config": {"repetition_penalty": 1.2}}}
+    with ThreadPoolExecutor(2) as pool:  # a core each
+        runs = {name: pool.submit(_fault_answers, tiny_model, extra, core, tmp_path / name, q)
+                for core, (name, extra) in enumerate(faults.items())}
+        answers = {name: run.result() for name, run in runs.items()}
+    for name, got in answers.items():
+        c = compare(reference, got, q.near_tie_margin)
+        rule = gate_rule(c, None, None)
+        missed = shortfalls(c, q, rule)
+        assert rule.name == RULE_TIES and c.failed == 0, name
+        assert missed and "answers diverge" in missed[0], (name, dataclasses.asdict(c))
+        assert c.first_divergence is not None
+    # The penalty leaves the model's arithmetic alone: its answers pick tokens the model itself
+    # ranks lower, which is what tells it from a near-tie.
+    penalty = compare(reference, answers["penalty"], q.near_tie_margin)
+    assert penalty.first_divergence.off_greedy is not None
+    assert "its decoding changed" in penalty.first_divergence.line()

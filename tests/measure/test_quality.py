@@ -1,78 +1,14 @@
-"""The quality gate's measurements: the figures of a trial's answers against the reference's,
-what fails the gate, the OpenAI response shapes read, and the answers of a live (fake) server."""
+"""The quality gate's measurements: the requests, the OpenAI response shapes read, the answers of
+a live (fake) server, and task checks (tests/measure/test_quality_compare.py: comparing)."""
 
 from __future__ import annotations
 
 import pytest
 from fake_openai_server import FakeOpenAIServer, Script, answer, serve_in_thread
 
-from tuner.measure.quality import (
-    Answer,
-    answer_all,
-    compare,
-    first_difference,
-    parse_answer,
-    request,
-    shortfalls,
-)
+from tuner.measure.quality import Answer, answer_all, parse_answer, request
+from tuner.measure.quality_compare import compare
 from tuner.spec.quality_spec import QualitySpec
-
-
-def said(*tokens: str, logprobs: list[float] | None = None) -> Answer:
-    lps = logprobs if logprobs is not None else [-0.5] * len(tokens)
-    return Answer(prompt="p", text="".join(tokens), tokens=list(tokens), logprobs=lps,
-                  top_logprobs=[{t: lp} for t, lp in zip(tokens, lps, strict=True)])
-
-
-def test_identical_answers_match_exactly_with_no_divergence():
-    ref = [said("a", "b", "c"), said("d", "e")]
-    c = compare(ref, [said("a", "b", "c"), said("d", "e")])
-    assert c.exact_match_rate == 1.0 and c.common_prefix_share == 1.0
-    assert c.mean_common_prefix == 2.5 and c.mean_logprob_divergence == 0.0
-    assert c.differing == [] and first_difference(ref, ref, c) is None
-
-
-def test_a_diverging_answer_counts_its_prefix_and_its_logprob_gaps_where_contexts_agree():
-    ref = [said("a", "b", "c", "d", logprobs=[-0.1, -0.2, -0.3, -0.4]), said("x", "y")]
-    trial = [said("a", "b", "z", "z", logprobs=[-0.1, -0.4, -0.1, -0.1]), said("x", "y")]
-    trial[0].top_logprobs[2]["c"] = -0.9  # the reference's token, ranked lower here
-    c = compare(ref, trial)
-    assert c.exact_match_rate == 0.5 and c.differing == [0]
-    assert c.mean_common_prefix == (2 + 2) / 2
-    assert c.common_prefix_share == pytest.approx((2 / 4 + 1) / 2)
-    # Positions 0-1 (same tokens) and 2 (same context, the reference's token looked up): of the
-    # first answer 0, 0.2 and 0.6; of the second 0 and 0.
-    assert c.mean_logprob_divergence == pytest.approx((0 + 0.2 + 0.6 + 0 + 0) / 5)
-    assert first_difference(ref, trial, c) == "prompt 0, from token 2: reference 'abcd', this " \
-                                              "trial 'abzz'"
-
-
-def test_without_logprobs_answers_are_compared_by_character_and_a_failed_request_matches_nothing():
-    ref = [Answer("p", "hello world"), Answer("q", "same")]
-    got = [Answer("p", "hello there"), Answer("q", error="HTTP 500: boom")]
-    c = compare(ref, got)
-    assert c.exact_match_rate == 0.0 and c.mean_logprob_divergence is None
-    assert c.mean_common_prefix == (6 + 0) / 2
-    assert first_difference(ref, got, c).startswith("prompt 0, from character 6:")
-    failed = compare(ref[1:], got[1:])
-    assert first_difference(ref[1:], got[1:], failed) == ("prompt 0: the request failed "
-                                                          "(HTTP 500: boom)")
-
-
-def test_the_gate_fails_on_each_threshold_and_names_a_lossless_feature():
-    q = QualitySpec(min_exact_match=0.5, min_common_prefix=0.75, max_logprob_divergence=0.1)
-    ref = [said("a", "b"), said("c", "d")]
-    assert shortfalls(compare(ref, ref), q, None) == []
-    half = compare(ref, [said("a", "b"), said("c", "x")])  # 50% exact, 75% prefix
-    assert shortfalls(half, q, None) == []
-    why = shortfalls(half, q, "speculative_method=ngram")
-    assert why == ["speculative_method=ngram is lossless under greedy decoding, yet 1 of 2 "
-                   "answers differ from the reference (exact match 50%, needs 100%)"]
-    wrong = compare(ref, [said("x", "y"), said("z", "w")])
-    assert shortfalls(wrong, q, None) == ["exact match 0% (needs 50%)",
-                                          "common prefix 0% of the reference answers (needs 75%)"]
-    drift = compare(ref, [said("a", "b", logprobs=[-1.0, -1.0]), said("c", "d")])
-    assert shortfalls(drift, q, None) == ["logprob divergence 0.25 nats (at most 0.1)"]
 
 
 def test_requests_are_greedy_seeded_unstreamed_and_ask_the_top_logprobs():
@@ -109,8 +45,9 @@ def test_a_correct_server_repeats_the_reference_and_a_wrong_one_does_not():
         wrong, _ = answer_all(url, "completions", "m", prompts, q, timeout_s=10)
     assert [a.prompt for a in reference] == prompts and seconds > 0
     assert all(a.error is None and len(a.tokens) == 5 for a in reference)
-    assert compare(reference, again).exact_match_rate == 1.0
-    assert compare(reference, wrong).exact_match_rate == 0.0
+    assert compare(reference, again, 0.01).identical == 6
+    wrong_ones = compare(reference, wrong, 0.01)
+    assert (wrong_ones.identical, wrong_ones.diverging) == (0, 6)
 
 
 # ---------------------------------------------------------------- task checks

@@ -59,8 +59,9 @@ def test_the_correct_slow_configuration_wins_and_the_wrong_fast_one_is_a_quality
     run = call_tuner("run", "study.yaml", cwd=d)
     assert run.code == 0, run.stdout[-3000:] + run.stderr
     assert "quality: reference answers from the engine defaults" in run.stdout
-    assert "quality: matches the reference (exact 100%" in run.stdout
-    assert "failed (quality): exact match 0% (needs 50%)" in run.stdout
+    assert "quality: matches the reference (8 identical, 0 near-ties, 0 diverging of 8" in \
+        run.stdout
+    assert "failed (quality): 8 of 8 answers diverge" in run.stdout
 
     with _store(d) as store:
         trials = {t.params["max_batch_size"]: t for t in store.trials("test-study")}
@@ -68,8 +69,11 @@ def test_the_correct_slow_configuration_wins_and_the_wrong_fast_one_is_a_quality
     wrong, right = trials[16], trials[4]
     assert (wrong.state, wrong.failure_kind) == ("failed", "quality")
     assert wrong.quality.exact_match_rate == 0.0 and wrong.quality.common_prefix_share == 0.0
+    assert (wrong.quality.identical, wrong.quality.diverging) == (0, 8)
+    assert wrong.quality.rule.startswith("tie-aware: ")
+    assert wrong.quality.flips["first_divergence"]["prompt"] == 0
     assert not wrong.quality.passed and wrong.quality.gate_s > 0
-    assert "first difference: prompt 0, from token 0" in wrong.failure_reason
+    assert "first difference: prompt 0, token 0: reference" in wrong.failure_reason
     assert wrong.measurements and wrong.objective is not None  # its speed is kept, as measured
     assert right.state == "complete" and right.quality.passed
     assert right.quality.exact_match_rate == 1.0 and right.quality.mean_logprob_divergence == 0
@@ -81,19 +85,22 @@ def test_the_correct_slow_configuration_wins_and_the_wrong_fast_one_is_a_quality
 
     best = call_tuner("best", cwd=d)
     assert best.code == 0 and f"trial {right.number}" in best.stdout
-    assert "quality against the reference: passed: exact 100%, prefix 100%" in best.stdout
+    assert "quality against the reference: passed: 8 identical, 0 near-ties, 0 diverging of 8" \
+        in best.stdout
 
     refused = call_tuner("export", "--trial", str(wrong.number), "--out", "wrong", cwd=d)
     assert refused.code == 2 and not (d / "wrong").exists()
     assert len(refused.stderr.strip().splitlines()) == 1
     assert refused.stderr.startswith(f"error: export of trial {wrong.number} refused: it failed "
-                                     "the quality gate (exact match 0%")
+                                     "the quality gate (8 of 8 answers diverge")
 
     exported = call_tuner("export", "--format", "json", "--out", "best", cwd=d)
     assert exported.code == 0, exported.stderr
     record = json.loads((d / "best" / "best.json").read_text())
-    assert record["trial"] == right.number and record["schema_version"] == 5
+    assert record["trial"] == right.number and record["schema_version"] == 6
     assert record["quality"]["passed"] and record["quality"]["exact_match_rate"] == 1.0
+    assert (record["quality"]["identical"], record["quality"]["near_ties"],
+            record["quality"]["diverging"]) == (8, 0, 0)
 
 
 def test_the_reference_is_computed_once_per_study_and_survives_a_resume(tmp_path):
@@ -152,7 +159,7 @@ def test_task_checks_fail_a_configuration_that_answers_them_wrongly(tmp_path):
     (d / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     spec = yaml.safe_load((d / "study.yaml").read_text())
     # Only the tasks judge here: the reference comparison lets anything pass.
-    spec["quality"].update(min_exact_match=0, min_common_prefix=0, max_logprob_divergence=1e9,
+    spec["quality"].update(max_diverging=1, max_logprob_divergence=1e9,
                            tasks={"file": "tasks.jsonl", "max_tokens": 6, "min_accuracy": 1})
     write_yaml(d / "study.yaml", spec)
     run = call_tuner("run", "study.yaml", cwd=d)
@@ -178,20 +185,21 @@ def test_a_task_file_that_cannot_be_read_is_refused_before_anything_runs(tmp_pat
 def test_speculation_is_held_to_exact_match_only_where_the_numerics_are_the_references():
     from types import SimpleNamespace
 
-    from tuner.search.quality_gate import lossless_feature
+    from tuner.search.quality_gate import lossless_feature, other_numerics
     from tuner.spec.quality_spec import QualitySpec
 
     ctx = SimpleNamespace(spec=SimpleNamespace(quality=QualitySpec()))
     ngram = {"speculative_method": "ngram", "num_speculative_tokens": 2, "max_batch_size": 16}
     assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 1}) == \
         "speculative_method=ngram"
-    assert lossless_feature(ctx, ngram) == "speculative_method=ngram"  # TP1 is the default
-    # Another rank layout or KV-cache dtype reduces and rounds otherwise: thresholds, not
-    # exact match, judge it.
-    assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 2}) is None
-    assert lossless_feature(ctx, {**ngram, "kv_cache_dtype": "fp8"}) is None
+    assert other_numerics(ctx, {**ngram, "tensor_parallel_size": 1}) is None
+    assert other_numerics(ctx, ngram) is None  # TP1 is the default
+    # Another rank layout or KV-cache dtype reduces and rounds otherwise: the tie-aware rule,
+    # not exact match, judges it (tuner.measure.quality_compare.gate_rule).
+    assert other_numerics(ctx, {**ngram, "tensor_parallel_size": 2}) == "tensor_parallel_size=2"
+    assert other_numerics(ctx, {**ngram, "kv_cache_dtype": "fp8"}) == "kv_cache_dtype=fp8"
     assert lossless_feature(ctx, {"speculative_method": "none"}) is None
     # A reference on two ranks holds TP2 with speculation to exact match again.
     ctx.spec.quality = QualitySpec(reference={"tensor_parallel_size": 2})
-    assert lossless_feature(ctx, {**ngram, "tensor_parallel_size": 2}) == \
-        "speculative_method=ngram"
+    assert other_numerics(ctx, {**ngram, "tensor_parallel_size": 2}) is None
+    assert other_numerics(ctx, ngram) == "tensor_parallel_size=1"

@@ -1,9 +1,8 @@
-"""The quality gate's measurements: its prompts, a server's greedy answers to them (with the top
-log-probabilities where the engine returns them, through the OpenAI API's `logprobs`), and the
-comparisons of a trial's answers with the reference's.
+"""The quality gate's measurements: its prompts and a server's greedy answers to them (with the
+top log-probabilities where the engine returns them, through the OpenAI API's `logprobs`);
+`tuner.measure.quality_compare` compares a trial's answers with the reference's.
 
-Answers are compared token by token where the engine names the tokens (its logprobs), else
-character by character. The requests are plain (not streamed) JSON: the gate times nothing but
+The requests are plain (not streamed) JSON: the gate times nothing but
 itself, so it needs none of the load generator's per-chunk clock.
 """
 
@@ -23,7 +22,6 @@ from tuner.spec.quality_spec import QualitySpec
 from tuner.spec.study_spec import WorkloadSpec
 
 _ERROR_TEXT_MAX = 200
-_SAMPLE_CHARS = 120
 
 
 @dataclass
@@ -139,110 +137,3 @@ def answer_all(base_url: str, api: str, model: str, prompts: list[list[int] | Pr
     answers = asyncio.run(_ask_all(base_url, api, bodies, [_shown(p) for p in prompts],
                                    q.concurrency, timeout_s))
     return answers, time.perf_counter() - t0
-
-
-# ---------------------------------------------------------------- comparing with the reference
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A trial's answers against the reference's, prompt by prompt."""
-
-    prompts: int
-    exact_match_rate: float
-    mean_common_prefix: float  # units (tokens, or characters) before the first difference
-    common_prefix_share: float  # that prefix over the reference answer's length, mean
-    mean_logprob_divergence: float | None  # nats, over the positions with the same context
-    differing: list[int]  # indices of the prompts whose answers differ, in order
-
-
-def common_prefix(a: list[str], b: list[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _divergences(ref: Answer, trial: Answer, prefix: int) -> list[float]:
-    """|logprob difference| of the reference's tokens at the positions where both answers had
-    the same context: the common prefix, and the first differing position, where the
-    reference's token is looked up in the trial's top log-probabilities (skipped if absent)."""
-    if ref.logprobs is None or trial.logprobs is None:
-        return []
-    out = [abs(ref.logprobs[i] - trial.logprobs[i]) for i in range(prefix)
-           if ref.logprobs[i] is not None and trial.logprobs[i] is not None]
-    if prefix < len(ref.units()) and trial.top_logprobs and prefix < len(trial.top_logprobs):
-        there = trial.top_logprobs[prefix].get(ref.units()[prefix])
-        if there is not None and ref.logprobs[prefix] is not None:
-            out.append(abs(ref.logprobs[prefix] - there))
-    return out
-
-
-def compare(reference: list[Answer], answers: list[Answer]) -> Comparison:
-    """Exact-match rate, mean common prefix (and its share of the reference answer) and mean
-    log-probability divergence of `answers` against `reference`, prompt for prompt. A failed
-    request matches nothing."""
-    if len(reference) != len(answers):
-        raise ValueError(f"{len(answers)} answers to compare with {len(reference)} references")
-    exact, prefixes, shares, gaps, differing = 0, [], [], [], []
-    logprobs = any(a.logprobs is not None for a in reference)
-    for i, (ref, got) in enumerate(zip(reference, answers, strict=True)):
-        want, have = ref.units(), ([] if got.error else got.units())
-        n = common_prefix(want, have)
-        same = got.error is None and want == have
-        exact += same
-        if not same:
-            differing.append(i)
-        prefixes.append(n)
-        shares.append(n / len(want) if want else float(same))
-        if got.error is None:
-            gaps.extend(_divergences(ref, got, n))
-    count = len(reference)
-    return Comparison(
-        prompts=count, exact_match_rate=exact / count if count else 1.0,
-        mean_common_prefix=sum(prefixes) / count if count else 0.0,
-        common_prefix_share=sum(shares) / count if count else 1.0,
-        mean_logprob_divergence=(sum(gaps) / len(gaps) if gaps else None) if logprobs
-        else None,
-        differing=differing)
-
-
-def shortfalls(c: Comparison, q: QualitySpec, lossless: str | None) -> list[str]:
-    """Why these figures fail the gate (empty: they pass). A lossless feature (`lossless`, e.g.
-    `speculative_method=ngram`) is held to `q.lossless.min_exact_match`, and named."""
-    out = []
-    if lossless is not None and c.exact_match_rate < q.lossless.min_exact_match:
-        differ = len(c.differing)
-        out.append(f"{lossless} is lossless under greedy decoding, yet {differ} of {c.prompts} "
-                   f"answers differ from the reference (exact match {c.exact_match_rate:.0%}, "
-                   f"needs {q.lossless.min_exact_match:.0%})")
-    elif c.exact_match_rate < q.min_exact_match:
-        out.append(f"exact match {c.exact_match_rate:.0%} (needs {q.min_exact_match:.0%})")
-    if c.common_prefix_share < q.min_common_prefix:
-        out.append(f"common prefix {c.common_prefix_share:.0%} of the reference answers "
-                   f"(needs {q.min_common_prefix:.0%})")
-    d = c.mean_logprob_divergence
-    if d is not None and d > q.max_logprob_divergence:
-        out.append(f"logprob divergence {d:.3g} nats (at most {q.max_logprob_divergence:g})")
-    return out
-
-
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _SAMPLE_CHARS else text[: _SAMPLE_CHARS - 1] + "…"
-
-
-def first_difference(reference: list[Answer], answers: list[Answer], c: Comparison) -> str | None:
-    """The first diverging answer beside the reference's, in one line; None when all match."""
-    if not c.differing:
-        return None
-    i = c.differing[0]
-    ref, got = reference[i], answers[i]
-    if got.error:
-        return f"prompt {i}: the request failed ({got.error})"
-    at = common_prefix(ref.units(), got.units())
-    unit = "token" if ref.tokens is not None else "character"
-    return (f"prompt {i}, from {unit} {at}: reference {_clip(ref.text)!r}, this trial "
-            f"{_clip(got.text)!r}")

@@ -36,7 +36,10 @@ from tuner.store.records import LevelMeasurement
 #   `usd_per_mtok` in each level of `measurements` and `confirmation.measurements` (USD per
 #   million output tokens, tuner.search.cost), and `quality` (the trial's answers against the
 #   study's reference, its quality gate); nothing else changed.
-SCHEMA_VERSION = 5
+# 6 added quality.identical, quality.near_ties, quality.diverging, quality.failed and
+#   quality.rule (the tie-aware gate: answers by verdict, the rule that judged and why; None
+#   for a check stored before it); nothing else changed.
+SCHEMA_VERSION = 6
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -123,10 +126,17 @@ class QualityInfo(_Model):
     lossless: str | None  # the lossless feature held to exact match
     task_accuracy: float | None  # of the spec's task checks; None: none
     gate_s: float  # the gate's time on the trial's server
+    # Answers by verdict (None: a check stored before the tie-aware gate): identical to the
+    # reference's, a near-tie flipped by numerics, or diverging; requests that failed.
+    identical: int | None
+    near_ties: int | None
+    diverging: int | None
+    failed: int | None
+    rule: str | None  # the rule that judged ("tie-aware", "exact", ...), a colon, why
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[5] = SCHEMA_VERSION
+    schema_version: Literal[6] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -177,7 +187,9 @@ def _quality(trial: TrialRecord) -> QualityInfo | None:
                        common_prefix_share=q.common_prefix_share,
                        mean_common_prefix=q.mean_common_prefix,
                        mean_logprob_divergence=q.mean_logprob_divergence, lossless=q.lossless,
-                       task_accuracy=q.task_accuracy, gate_s=q.gate_s)
+                       task_accuracy=q.task_accuracy, gate_s=q.gate_s, identical=q.identical,
+                       near_ties=q.near_ties, diverging=q.diverging, failed=q.failed,
+                       rule=q.rule)
 
 
 def check_quality(trial: TrialRecord) -> None:

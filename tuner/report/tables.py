@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from tuner.measure.metrics import confidence_text
+from tuner.measure.quality_compare import quality_figures
 from tuner.search.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per_mtok
 from tuner.search.rules import best_level, study_sla, winner
 from tuner.spec.errors import NoResult
@@ -27,15 +28,11 @@ QUALITY = "quality"
 
 def quality_text(q: QualityCheck | None) -> str | None:
     """A trial's quality figures in one cell, as every table and `tuner best` write them: the
-    verdict, exact-match rate, common prefix, logprob divergence, task accuracy (with task
-    checks) and the gate's seconds."""
+    verdict, the answers by verdict, logprob divergence, task accuracy (with task checks) and
+    the gate's seconds."""
     if q is None:
         return None
-    d = q.mean_logprob_divergence
-    return (f"{'passed' if q.passed else 'FAILED'}: exact {q.exact_match_rate:.0%}, prefix "
-            f"{q.common_prefix_share:.0%}" + ("" if d is None else f", logprob Δ {d:.2g}")
-            + ("" if q.task_accuracy is None else f", tasks {q.task_accuracy:.0%}")
-            + f", gate {q.gate_s:.1f} s")
+    return f"{'passed' if q.passed else 'FAILED'}: {quality_figures(q)}, gate {q.gate_s:.1f} s"
 
 
 def _params_text(params: dict) -> str:

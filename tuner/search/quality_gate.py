@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.measure.quality import (
-    Answer,
-    answer_all,
+from tuner.measure.quality import Answer, answer_all, quality_prompts
+from tuner.measure.quality_compare import (
+    RULE_EXACT,
     compare,
     first_difference,
-    quality_prompts,
+    gate_rule,
+    quality_figures,
     shortfalls,
 )
 from tuner.measure.quality_tasks import accuracy, read_tasks, task_prompts
@@ -40,16 +41,23 @@ def reference_params(ctx: StudyContext) -> dict[str, Any]:
 
 def lossless_feature(ctx: StudyContext, params: dict[str, Any]) -> str | None:
     """The first parameter of `quality.lossless.parameters` this configuration turns on
-    (set, and not none/false, unlike the reference's), as `name=value`; None if none, or if
-    the configuration's numerics differ from the reference's (`lossless.same_numerics`: its
-    rank layout or KV-cache dtype), which the exact-match rule cannot tell apart."""
-    reference, lossless = reference_params(ctx), ctx.spec.quality.lossless
-    if any(params.get(name, default) != reference.get(name, default)
-           for name, default in lossless.same_numerics.items()):
-        return None
-    for name in lossless.parameters:
+    (set, and not none/false, unlike the reference's), as `name=value`; None if none."""
+    reference = reference_params(ctx)
+    for name in ctx.spec.quality.lossless.parameters:
         value = params.get(name)
         if value not in (None, "none", False) and value != reference.get(name):
+            return f"{name}={value}"
+    return None
+
+
+def other_numerics(ctx: StudyContext, params: dict[str, Any]) -> str | None:
+    """Where this configuration's numerics differ from the reference's
+    (`lossless.same_numerics`: its rank layout or KV-cache dtype), as `name=value`; None where
+    they are the same, so that a lossless feature must leave every answer identical."""
+    reference, lossless = reference_params(ctx), ctx.spec.quality.lossless
+    for name, default in lossless.same_numerics.items():
+        value = params.get(name, default)
+        if value != reference.get(name, default):
             return f"{name}={value}"
     return None
 
@@ -160,25 +168,31 @@ def check(ctx: StudyContext, plan: LaunchPlan, params: dict[str, Any],
     reference, whether they pass, and the gate's own time (asking and comparing)."""
     t0 = time.perf_counter()
     answers, _ = ask(ctx, plan)
+    q = ctx.spec.quality
     ref = [Answer.from_dict(a) for a in reference.answers]
-    c = compare(ref, answers)
+    c = compare(ref, answers, q.near_tie_margin)
     lossless = lossless_feature(ctx, params)
-    missed = shortfalls(c, ctx.spec.quality, lossless)
-    solved = None if ctx.spec.quality.tasks is None else _task_accuracy(ctx, plan)
-    if solved is not None and solved < ctx.spec.quality.tasks.min_accuracy:
-        tasks = ctx.spec.quality.tasks
-        missed.append(f"task accuracy {solved:.0%} on {Path(tasks.file).name} (needs "
-                      f"{tasks.min_accuracy:.0%})")
+    rule = gate_rule(c, lossless, other_numerics(ctx, params))
+    missed = shortfalls(c, q, rule)
+    solved = None if q.tasks is None else _task_accuracy(ctx, plan)
+    if solved is not None and solved < q.tasks.min_accuracy:
+        missed.append(f"task accuracy {solved:.0%} on {Path(q.tasks.file).name} (needs "
+                      f"{q.tasks.min_accuracy:.0%})")
     sample = first_difference(ref, answers, c)
     reason = None
     if missed:
         reason = "; ".join(missed) + (f"; first difference: {sample}" if sample else "")
+    flips = {"first_near_tie": c.first_near_tie and c.first_near_tie.to_dict(),
+             "first_divergence": c.first_divergence and c.first_divergence.to_dict(),
+             "worst": c.worst and c.worst.__dict__}
     return QualityCheck(
         passed=not missed, prompts=c.prompts, exact_match_rate=c.exact_match_rate,
         mean_common_prefix=c.mean_common_prefix, common_prefix_share=c.common_prefix_share,
         mean_logprob_divergence=c.mean_logprob_divergence, gate_s=time.perf_counter() - t0,
-        answers=[a.to_dict() for a in answers], lossless=lossless, reason=reason,
-        sample=sample, task_accuracy=solved)
+        answers=[a.to_dict() for a in answers],
+        lossless=lossless if rule.name == RULE_EXACT else None, reason=reason,
+        sample=sample, task_accuracy=solved, identical=c.identical, near_ties=c.near_ties,
+        diverging=c.diverging, failed=c.failed, rule=f"{rule.name}: {rule.why}", flips=flips)
 
 
 def _task_accuracy(ctx: StudyContext, plan: LaunchPlan) -> float:
@@ -192,12 +206,7 @@ def _task_accuracy(ctx: StudyContext, plan: LaunchPlan) -> float:
 
 
 def check_line(q: QualityCheck) -> str:
-    """The gate's verdict on one trial, as the study prints it: its figures and its cost."""
-    d = q.mean_logprob_divergence
-    figures = (f"exact {q.exact_match_rate:.0%}, prefix {q.common_prefix_share:.0%}"
-               + ("" if d is None else f", logprob divergence {d:.3g} nats"))
-    held = f", {q.lossless} held to exact match" if q.lossless else ""
-    if q.task_accuracy is not None:
-        held += f", tasks {q.task_accuracy:.0%} right"
+    """The gate's verdict on one trial, as the study prints it: its counts, its figures, the
+    rule that judged it and the gate's cost."""
     verdict = "matches the reference" if q.passed else "DIFFERS from the reference"
-    return f"  quality: {verdict} ({figures}{held}) in {q.gate_s:.1f} s"
+    return f"  quality: {verdict} ({quality_figures(q)}) in {q.gate_s:.1f} s"

@@ -7,6 +7,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The tie-aware rule's defaults, chosen from the near-tie bench's measurements (bench/README.md,
+# bench/quality_near_ties.py): what another rank layout flips against what a fault flips.
+NEAR_TIE_MARGIN = 0.1
+MAX_DIVERGING = 0.15
+MAX_LOGPROB_DIVERGENCE = 0.1
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -78,16 +84,28 @@ class QualitySpec(_Strict):
                              "1, batch composition (timing) can flip near-tied tokens.")
     top_logprobs: int = Field(5, ge=0, le=20, description="Top log-probabilities asked per "
                               "token (the OpenAI API's logprobs), 0: none.")
-    min_exact_match: float = Field(0.5, ge=0, le=1, description="The share of answers that "
-                                   "must equal the reference's, at least.")
-    min_common_prefix: float = Field(
-        0.75, ge=0, le=1, description="The mean share of each reference answer a trial's "
-        "answer repeats before it first differs, at least."
+    near_tie_margin: float = Field(
+        NEAR_TIE_MARGIN, gt=0, description="Nats: where a trial's answer first differs from the "
+        "reference's, the flip is a near-tie (numerics, not an error) when each token is in "
+        "the other side's top log-probabilities and each side ranked the two within this."
+    )
+    max_diverging: float = Field(
+        MAX_DIVERGING, ge=0, le=1, description="The share of answers that may diverge (differ "
+        "by more than a near-tie), at most; near-ties alone never fail a configuration."
     )
     max_logprob_divergence: float = Field(
-        0.5, gt=0, description="The mean absolute difference, in nats, between the reference's "
-        "and the trial's log-probability of the reference's tokens where both saw the same "
-        "text, at most."
+        MAX_LOGPROB_DIVERGENCE, gt=0, description="The mean absolute difference, in nats, "
+        "between the reference's and the trial's log-probability of the reference's tokens "
+        "where both saw the same text, at most."
+    )
+    # Without log-probabilities a near-tie cannot be told from a wrong answer: these judge.
+    min_exact_match: float = Field(0.5, ge=0, le=1, description="Where the engine returns no "
+                                   "log-probabilities: the share of answers that must equal "
+                                   "the reference's, at least.")
+    min_common_prefix: float = Field(
+        0.75, ge=0, le=1, description="Where the engine returns no log-probabilities: the "
+        "mean share of each reference answer a trial's answer repeats before it first "
+        "differs, at least."
     )
     lossless: LosslessSpec = Field(default_factory=LosslessSpec)
     tasks: TaskCheckSpec | None = Field(None, description="Optional task checks, scored on "

@@ -200,6 +200,13 @@ class QualityCheck:
     task_accuracy: float | None = None  # of the task checks (quality.tasks); None: none
     reason: str | None = None  # why it failed
     sample: str | None = None  # the first diverging answer beside the reference's
+    # The tie-aware gate's counts (None on checks stored before it).
+    identical: int | None = None
+    near_ties: int | None = None
+    diverging: int | None = None
+    failed: int | None = None  # requests that failed
+    rule: str | None = None  # the rule that judged, a colon, why it applied
+    flips: dict[str, Any] | None = None  # first_near_tie, first_divergence (Flip), worst (Drift)
 
 
 # The quality gate's reference answers of a study: claimed (computing) by one worker, then ready.

@@ -28,7 +28,6 @@ from tuner.report.dashboard_data.cards import (
     launch_view,
     levels_frame,
     price_text,
-    quality_answers,
 )
 from tuner.report.dashboard_data.choose import (
     CHART_LIMIT,
@@ -70,6 +69,12 @@ from tuner.report.dashboard_data.predictions import (
     load_predicted_vs_measured,
     predicted_vs_measured,
 )
+from tuner.report.dashboard_data.quality import (
+    FlipView,
+    quality_answers,
+    quality_figures,
+    quality_flips,
+)
 from tuner.report.dashboard_data.source import (
     STORAGE_ENV,
     StudyData,
@@ -107,13 +112,15 @@ __all__ = [
     "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS", "PVM_COLUMNS", "STATES", "STORAGE_ENV",
     "TOK_GPU", "USD_MTOK", "USER_P50", "USER_P90", "BestCard", "Drawn", "FailureGroup",
     "Importance", "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking",
-    "StudyData", "StudySummary", "Targets", "best_card", "best_of", "choice_points",
+    "FlipView", "StudyData", "StudySummary", "Targets", "best_card", "best_of", "choice_points",
     "compare_frame", "compare_points", "confirmation_text", "data_version", "describe",
     "drawn_points", "export_files", "failure_groups", "filter_trials", "launch_view",
     "levels_frame", "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points",
     "model_name", "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
-    "predicted_vs_measured", "price_text", "progress_frame", "quality_answers", "rank_studies",
+    "predicted_vs_measured", "price_text", "progress_frame", "quality_answers", "quality_figures",
+    "quality_flips",
+    "rank_studies",
     "read_studies", "read_study", "run_dirs", "sla_text", "sla_user_floor", "sort_trials",
     "sqlite_file", "storage_url", "summarize", "trials_frame", "with_retry",
 ]

@@ -31,7 +31,7 @@ from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["LEVEL_COLUMNS", "BestCard", "FailureGroup", "LaunchView", "best_card",
            "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame",
-           "price_text", "quality_answers"]
+           "price_text"]
 
 
 @dataclass
@@ -194,28 +194,3 @@ def launch_view(trial: TrialRecord) -> LaunchView | None:
     return LaunchView(command=shlex.join(plan.get("argv", [])), env=dict(plan.get("env") or {}),
                       files=dict(plan.get("files") or {}),
                       where=f"{plan.get('host')}:{plan.get('port')}")
-
-
-ANSWER_COLUMNS = ["prompt", "asked", "reference", "this trial", "same up to"]
-
-
-def quality_answers(data: StudyData, trial: TrialRecord) -> pd.DataFrame:
-    """The quality gate's answers that differ, side by side: each prompt (its number and text),
-    the reference's answer, the trial's, and how many tokens (or characters, where the engine
-    named no tokens) they share before the first difference. Empty when all match or either
-    side is missing."""
-    from tuner.measure.quality import Answer, common_prefix
-
-    if trial.quality is None or data.reference is None or not data.reference.answers:
-        return pd.DataFrame(columns=ANSWER_COLUMNS)
-    rows = []
-    pairs = zip(data.reference.answers, trial.quality.answers, strict=False)
-    for i, (r, a) in enumerate(pairs):
-        ref, got = Answer.from_dict(r), Answer.from_dict(a)
-        if got.error is None and ref.units() == got.units():
-            continue
-        asked = ref.prompt if isinstance(ref.prompt, str) else f"{len(ref.prompt)} token ids"
-        rows.append({"prompt": i, "asked": asked, "reference": ref.text,
-                     "this trial": got.text if got.error is None else f"error: {got.error}",
-                     "same up to": common_prefix(ref.units(), got.units())})
-    return pd.DataFrame(rows, columns=ANSWER_COLUMNS)
