@@ -94,6 +94,9 @@ class StudyModel(Base):
     trials: Mapped[list[TrialModel]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True
     )
+    head_to_heads: Mapped[list[HeadToHeadModel]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="HeadToHeadModel.id"
+    )
 
     @classmethod
     def find_by_name(cls, name: str, session: Session) -> StudyModel | None:
@@ -308,6 +311,25 @@ class QualityCheckModel(Base):
     flips: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
     trial: Mapped[TrialModel] = relationship(back_populates="quality_checks")
+
+
+class HeadToHeadModel(Base):
+    """A study's finalists measured side by side: each challenger's ratio to the leader, every
+    round with its time, and the trial the study chose with why (the latest row counts)."""
+
+    __tablename__ = "tuner_head_to_heads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(
+        ForeignKey("tuner_studies.id", ondelete="CASCADE"), nullable=False
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    leader: Mapped[int] = mapped_column(Integer, nullable=False)  # trial numbers
+    pick: Mapped[int] = mapped_column(Integer, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    together: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    ratios: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    rounds: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
 
 
 class PredictionModel(Base):

@@ -1,6 +1,7 @@
 """Confirmation on real vLLM CPU servers: at the end of `tuner run` (budget.confirm_top_k) the
-top 2 of 3 trials are measured again, each in a fresh server, and the winner is exported with
-both runs; `tuner confirm` then finds nothing left to confirm."""
+top 2 of 3 trials meet head to head (their fresh servers up together, rounds alternating), which
+is each one's confirmation too, and the pick is exported with both runs; `tuner confirm` then
+finds nothing left to confirm."""
 
 from __future__ import annotations
 
@@ -31,12 +32,15 @@ def test_confirm_reruns_the_top_two_each_in_a_fresh_server(confirmed):
     ranked = sorted(trials, key=lambda t: t.objective, reverse=True)
     for t in ranked[:2]:
         assert t.confirm_state in ("confirmed", "inconclusive", "differs"), t.confirm_reason
-        # The re-run searched its load again, and met the SLA up to the same bound.
-        assert [m.concurrency for m in t.confirmation] == [m.concurrency for m in t.measurements]
-        for m in t.confirmation:
-            # The timed completions of a round started inside it (at most `concurrency` were
-            # in flight when it began: the closed loop never drains).
-            assert REQUESTS_PER_LEVEL - m.concurrency <= m.requests <= REQUESTS_PER_LEVEL
+        # The head-to-head measured each finalist again at the load of its best first-run level.
+        best = max((m for m in t.measurements if m.meets_sla),
+                   key=lambda m: m.output_tok_s_per_gpu)
+        (again,) = t.confirmation
+        assert again.concurrency == best.concurrency and again.rounds >= 3
+        # Each round's timed completions started inside it (at most `concurrency` were in
+        # flight when it began: the closed loop never drains).
+        assert again.rounds * (REQUESTS_PER_LEVEL - again.concurrency) <= again.requests \
+            <= again.rounds * REQUESTS_PER_LEVEL
     assert ranked[2].confirm_state is None and ranked[2].confirmation == []
     connection = sqlite3.connect(confirmed / "tuner.db")
     servers = connection.execute("SELECT trial_id, pid, stopped_at FROM tuner_servers").fetchall()
@@ -45,11 +49,16 @@ def test_confirm_reruns_the_top_two_each_in_a_fresh_server(confirmed):
     for trial_id, pid, stopped_at in servers:
         assert stopped_at is not None
         by_trial.setdefault(trial_id, []).append(pid)
-    # Each confirmed trial had two servers of its own: its first run and its confirmation.
+    # Each finalist had two servers of its own: its first run and the head-to-head's.
     assert sorted(len(set(pids)) for pids in by_trial.values()) == [1, 2, 2]
     out = (confirmed / "run.out").read_text()
-    assert "confirmation: re-running the top 2 in a fresh server each" in out
-    assert out.count("confirm trial ") == 2
+    assert "head-to-head: 2 finalists, servers up together" in out
+    with Store.open(f"sqlite:///{confirmed}/tuner.db", create=False) as store:
+        h = store.get_study("parallel-study").head_to_head
+    assert h.leader == ranked[0].number and h.pick in (ranked[0].number, ranked[1].number)
+    (ratio,) = h.ratios
+    assert ratio["trial"] == ranked[1].number and ratio["verdict"] in ("ahead", "behind", "tied")
+    assert f"-> pick: trial {h.pick} ({h.reason})" in out
 
 
 def test_the_winner_is_exported_with_both_runs(confirmed):

@@ -87,7 +87,7 @@ def test_the_counts_and_the_first_near_tie_and_divergence_are_stored_and_set_sid
                                "0.002 nats, gate 1.0 s")
     near, diverging = dd.quality_flips(trial)
     assert (near.title, diverging.title) == ("First near-tie", "First divergence")
-    assert near.line == "prompt 0, token 1: reference ' b', this trial ' z', 0.004 nats apart"
+    assert near.line == "prompt 0, token 1: reference ' b', this trial ' z', 0.002 nats apart"
     # Both sides' top log-probabilities in one table, the picked tokens marked.
     rows = near.frame.to_dict("records")
     assert [r["token"] for r in rows] == ["' b'", "' z'", "' q'", "' r'"]

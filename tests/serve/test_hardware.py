@@ -12,22 +12,34 @@ CPU4 = Inventory(kind="cpu", type="cpu", devices=(0, 1, 2, 3), description="4 co
 GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8", host="h")
 
 
-def test_by_default_a_rank_gets_the_cores_divided_by_the_largest_world_that_fits():
-    assert bind_ranks(CPU4, None, [1, 2]).per_rank == 2
-    assert bind_ranks(CPU4, None, [1]).per_rank == 4
+def test_by_default_a_rank_gets_the_cores_left_by_a_frontend_core_divided_by_the_largest_world():
+    # vLLM's own default on x86 reserves cores for its frontend (ompmultiprocessing.py): so does
+    # a trial's slot where the node has room, and its ranks divide the rest.
+    four = bind_ranks(CPU4, None, [1, 2])
+    assert (four.per_rank, four.frontend_cores) == (1, 1)
+    assert (bind_ranks(CPU4, None, [1]).per_rank, bind_ranks(CPU4, None, [1]).frontend_cores) \
+        == (3, 1)
     # A world larger than the node is infeasible anyway: it does not shrink the others' share.
-    assert bind_ranks(CPU4, None, [1, 2, 8]).per_rank == 2
+    assert bind_ranks(CPU4, None, [1, 2, 8]).per_rank == 1
+    # Where the largest world takes every core, its frontend shares them.
+    two = bind_ranks(Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2",
+                               host="h"), None, [1, 2])
+    assert (two.per_rank, two.frontend_cores) == (1, 0)
 
 
 def test_trials_run_at_once_share_the_node_so_the_largest_fit_side_by_side():
-    assert bind_ranks(CPU4, None, [1], parallel=2).per_rank == 2
-    assert bind_ranks(CPU4, None, [1, 2], parallel=2).per_rank == 1
-    assert bind_ranks(CPU4, 4, [1], parallel=2).per_rank == 4  # the spec's value stands
+    side = bind_ranks(CPU4, None, [1], parallel=2)
+    assert (side.per_rank, side.frontend_cores) == (1, 1)
+    full = bind_ranks(CPU4, None, [1, 2], parallel=2)
+    assert (full.per_rank, full.frontend_cores) == (1, 0)
+    fixed = bind_ranks(CPU4, 4, [1], parallel=2)
+    assert (fixed.per_rank, fixed.frontend_cores) == (4, 0)  # the spec's value stands
 
 
-def test_a_server_runs_on_its_ranks_times_the_cores_per_rank():
+def test_a_trial_takes_its_ranks_times_the_cores_per_rank_and_its_frontend_core():
     inv = bind_ranks(CPU4, None, [1, 2])
-    assert inv.devices_for(1) == 2 and inv.devices_for(2) == 4
+    assert inv.devices_for(1) == 1 and inv.devices_for(2) == 2  # what figures are per
+    assert inv.slot_for(1) == 2 and inv.slot_for(2) == 3
 
 
 def test_the_spec_can_fix_the_cores_per_rank_within_the_node():

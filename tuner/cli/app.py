@@ -107,6 +107,11 @@ def _print_best(study, best, trials) -> None:
               + (f" ({best.confirm_reason})" if best.confirm_reason else ""))
     out.print(_table(trial_measurements_frame(study, best, confirmation=True)))
     _print_convergence(study, best.confirmation)
+    if study.head_to_head is not None:
+        from tuner.search.head_to_head import summary_lines
+
+        for line in summary_lines(study.head_to_head):
+            out.print(f"  {line}")
     higher = [t.number for t in trials if met_sla(t)
               and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
     if is_confirmed(best) and higher:

@@ -64,3 +64,18 @@ def rounds_needed(spread: float, target: float, *, at_least: int = 2, at_most: i
         if t_quantile(n - 1) * spread / math.sqrt(n) <= target:
             return n
     return None
+
+
+def paired_ratio(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE
+                 ) -> tuple[float, float | None, float | None]:
+    """The ratio other / base of two configurations measured in pairs of rounds taken side by
+    side in time, and its `confidence` interval: the mean of the pairs' log-ratios with its
+    Student's t interval, turned back into ratios (a drift that moves both rounds of a pair
+    alike cancels in its ratio). (ratio, None, None) with a single pair."""
+    if len(base) != len(other) or not base:
+        raise ValueError(f"{len(base)} and {len(other)} rounds do not pair")
+    logs = [math.log(o / b) for b, o in zip(base, other, strict=True)]
+    mean, half = mean_ci(logs, confidence)
+    if half is None:
+        return math.exp(mean), None, None
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

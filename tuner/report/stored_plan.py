@@ -4,8 +4,9 @@ serves it.
 A trial stores the plan it ran with (`launch_plan`: argv, environment, files). Exporting from it
 means a past study exports the configuration it measured, whatever the adapters produce today.
 Only where the server listens changes: host and port become the deploy's, a trial's device ids
-(`CUDA_VISIBLE_DEVICES`, a container's `--gpus`) become 0..N-1 of the deploy's node, and a
-container's mount of the trial's folder becomes the export folder. A trial recorded before plans
+(`CUDA_VISIBLE_DEVICES`, a container's `--gpus`) become 0..N-1 of the deploy's node, a CPU
+trial's core binding (the adapter's `slot_env`) is left out, and a container's mount of the
+trial's folder becomes the export folder. A trial recorded before plans
 were stored (no `launch_plan`) is planned again through the adapter, as older tuners did.
 """
 
@@ -29,14 +30,20 @@ def deploy_plan(study: StudyRecord, trial: TrialRecord, *, host: str, port: int,
     """The trial's stored plan served at host:port on devices 0..N-1, its files in `workdir`."""
     gpus = trial.gpus or 1
     if not trial.launch_plan:
-        return _planned_again(study, trial, host=host, port=port, gpus=gpus, workdir=workdir)
-    stored = LaunchPlan(**{k: v for k, v in trial.launch_plan.items() if k in _PLAN_FIELDS})
-    ran_in = str(Path(trial.log_path).parent) if trial.log_path else None
-    argv = _moved_argv(stored, host=host, port=port, gpus=gpus, ran_in=ran_in, workdir=workdir)
-    env = dict(stored.env)
-    if "CUDA_VISIBLE_DEVICES" in env:
-        env["CUDA_VISIBLE_DEVICES"] = _devices(gpus)
-    return replace(stored, argv=argv, env=env, files=dict(stored.files), host=host, port=port)
+        plan = _planned_again(study, trial, host=host, port=port, gpus=gpus, workdir=workdir)
+    else:
+        stored = LaunchPlan(**{k: v for k, v in trial.launch_plan.items() if k in _PLAN_FIELDS})
+        ran_in = str(Path(trial.log_path).parent) if trial.log_path else None
+        argv = _moved_argv(stored, host=host, port=port, gpus=gpus, ran_in=ran_in,
+                           workdir=workdir)
+        env = dict(stored.env)
+        if "CUDA_VISIBLE_DEVICES" in env:
+            env["CUDA_VISIBLE_DEVICES"] = _devices(gpus)
+        plan = replace(stored, argv=argv, env=env, files=dict(stored.files), host=host,
+                       port=port)
+    slot_env = get_adapter(study.engine).slot_env
+    return replace(plan, env={k: v for k, v in plan.env.items() if k not in slot_env},
+                   extra={k: v for k, v in plan.extra.items() if k != "cpu_layout"})
 
 
 def _moved_argv(plan: LaunchPlan, *, host: str, port: int, gpus: int, ran_in: str | None,

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.search import head_to_head
 from tuner.search.context import StudyContext
 from tuner.search.rules import met_sla, objective
 from tuner.search.trial import serve_and_measure, server_for, sweep_for
@@ -96,13 +97,25 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA) -> Confi
 
 def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
                 again: bool = False) -> list[Confirmation]:
-    """Re-run the top k trials of the study in `ctx` (a `StudyContext`), one fresh
-    server each, one after another on the node's devices, and store each verdict."""
+    """Re-run the top k trials of the study in `ctx` (a `StudyContext`): head to head where
+    there are two or more and their servers can be up together (`tuner.search.head_to_head`,
+    which stores each one's confirmation too), else one fresh server each, one after another
+    on the node's devices; each verdict is stored."""
     chosen = candidates(ctx.store.trials(ctx.name), k, again=again)
     if not chosen:
         ctx.say("confirmation: no unconfirmed trial among the top "
                 f"{k} that met the SLA")
         return []
+    met = head_to_head.run(ctx, chosen) if len(chosen) >= 2 else None
+    if met is not None:
+        done = []
+        for trial in chosen:
+            again = met[1][trial.number]
+            done.append(_record(ctx, trial, [again] if again is not None else []))
+        return done
+    if len(chosen) >= 2:
+        ctx.say("  the finalists cannot be up together here: each is confirmed in a fresh "
+                "server, one after another (no head-to-head)")
     ctx.say(f"confirmation: re-running the top {len(chosen)} in a fresh server each")
     done = []
     for trial in chosen:
@@ -114,17 +127,26 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
         try:
             serve_and_measure(ctx, server, plan, trial.id, levels,
                               sweep=sweep_for(ctx, trial.params))
-            verdict = judge(trial, levels, ctx.spec.sla.to_sla())
         except LaunchFailure as f:
             verdict = Confirmation(trial.number, trial.params, "failed", trial.objective, None,
                                    None, f"{f.kind}: {f.reason}")
-        ctx.store.record_confirmation(
-            ctx.name, trial.number, state=verdict.state, objective=verdict.again,
-            meets_sla=verdict.meets_sla, reason=verdict.reason, measurements=levels,
-        )
-        ctx.say(f"  -> trial {trial.number}: {verdict.state}"
-                + (f" at {verdict.again:,.0f} tok/s/GPU" if verdict.again is not None else "")
-                + (f" ({verdict.reason})" if verdict.reason and verdict.state != "confirmed"
-                   else ""))
-        done.append(verdict)
+            done.append(_record(ctx, trial, levels, verdict))
+            continue
+        done.append(_record(ctx, trial, levels))
     return done
+
+
+def _record(ctx: StudyContext, trial: TrialRecord, levels: list[LevelMeasurement],
+            verdict: Confirmation | None = None) -> Confirmation:
+    """Judge a re-run against the trial's first run (unless `verdict` is given), store it and
+    say it."""
+    verdict = verdict or judge(trial, levels, ctx.spec.sla.to_sla())
+    ctx.store.record_confirmation(
+        ctx.name, trial.number, state=verdict.state, objective=verdict.again,
+        meets_sla=verdict.meets_sla, reason=verdict.reason, measurements=levels,
+    )
+    ctx.say(f"  -> trial {trial.number}: {verdict.state}"
+            + (f" at {verdict.again:,.0f} tok/s/GPU" if verdict.again is not None else "")
+            + (f" ({verdict.reason})" if verdict.reason and verdict.state != "confirmed"
+               else ""))
+    return verdict

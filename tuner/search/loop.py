@@ -225,7 +225,7 @@ class TrialRunner:
         beat = self._heartbeat(trial).__enter__()
         try:
             block = self.pool.acquire(
-                self.ctx.inventory.devices_for(self.ctx.adapter.world_size(params)), self.ctx.stop)
+                self.ctx.inventory.slot_for(self.ctx.adapter.world_size(params)), self.ctx.stop)
         except BaseException:
             beat.__exit__(None, None, None)
             raise

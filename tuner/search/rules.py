@@ -149,10 +149,17 @@ def counted_runs(trials: Iterable[TrialRecord]
 
 
 def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
-    """The winner: the best confirmed trial, by the objective of its confirmation, among those
+    """The winner: the pick of the study's head-to-head (its finalists side by side) where it
+    had one; else the best confirmed trial, by the objective of its confirmation, among those
     whose confirmation met the SLA; before any confirmation, the complete trial with the highest
     objective among those that met the SLA (`is_confirmed` tells which). Raises NoResult when no
     trial met the SLA."""
+    h = study.head_to_head
+    if h is not None:  # the finalists side by side: its pick, where that still stands
+        picked = next((t for t in trials if t.number == h.pick and met_sla(t)
+                       and t.confirm_meets_sla is not False), None)
+        if picked is not None:
+            return picked
     confirmed = [t for t in trials if is_confirmed(t)]
     if confirmed:
         return max(confirmed, key=lambda t: t.confirm_objective)

@@ -49,6 +49,7 @@ from tuner.search.rules import (
     pareto_values,
     settled,
 )
+from tuner.serve.cpu_layout import plan_layout, thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
@@ -273,12 +274,13 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
         return (not_serving or bool(skipped_levels(ctx, sweep, levels)) or not server.alive()
                 or time.monotonic() > deadline or ctx.stop.is_set())
 
-    run_sweep(
-        plan.base_url, plan.model, prompts, [sweep.cap], w.requests_per_level, w.output_len,
-        w.warmup_requests, w.request_timeout_s, on_level=on_level, stop=stop, api=w.api,
-        repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
-        monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
-    )
+    with thread_held_to(None if server.layout is None else server.layout.client):
+        run_sweep(
+            plan.base_url, plan.model, prompts, [sweep.cap], w.requests_per_level, w.output_len,
+            w.warmup_requests, w.request_timeout_s, on_level=on_level, stop=stop, api=w.api,
+            repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
+            monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
+        )
     skipped = skipped_levels(ctx, sweep, levels)
     if skipped:
         loads = ", ".join(_load_text(s["concurrency"], s["request_rate"]) for s in skipped)
@@ -420,9 +422,16 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
     plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
                                    inventory=ctx.inventory, devices=devices,
                                    workdir=str(workdir.resolve()))
-    # On a CPU node the devices are cores, and the server is held to its own (launcher).
-    cpus = tuple(devices[: plan.gpus]) if ctx.inventory.kind == "cpu" else None
-    return plan, ServerProcess(plan, workdir, cpus=cpus)
+    if ctx.inventory.kind != "cpu":
+        return plan, ServerProcess(plan, workdir)
+    # On a CPU node the devices are cores: the ranks take the slot's first, the frontend and
+    # the load generator the rest (tuner.serve.cpu_layout); the server is held to them.
+    world = ctx.adapter.world_size(params)
+    layout = plan_layout(devices, world, ctx.inventory.per_rank)
+    if not ctx.adapter.compute_apart(params, ctx.settings):  # compute in the frontend's process
+        layout = plan_layout(layout.compute, world, ctx.inventory.per_rank)
+    plan.extra = {**plan.extra, "cpu_layout": layout.to_dict()}
+    return plan, ServerProcess(plan, workdir, cpus=layout.slot, layout=layout)
 
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
@@ -449,6 +458,8 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        if server.layout is not None:
+            ctx.say(f"  {server.layout.line()}")
         levels.extend(measure(ctx, server, plan, deadline, sweep, cut_short))
         _check_stop(ctx)
         failure = _verdict(ctx, server, levels, deadline, sweep)

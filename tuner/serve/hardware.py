@@ -29,6 +29,10 @@ class Inventory:
     # Devices one engine rank is bound to: one GPU, or on a CPU node a fixed number of cores, so
     # a configuration runs on the same cores whether it has the node alone or shares it.
     per_rank: int = 1
+    # On a CPU node, the cores a trial's slot adds for its frontend and load generator, beyond
+    # its ranks' (tuner.serve.cpu_layout): 1 where the node has room for it, else 0 (they share
+    # the ranks' cores). On a GPU node they run on the host's cores: 0.
+    frontend_cores: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -36,6 +40,11 @@ class Inventory:
     def devices_for(self, world: int) -> int:
         """The devices a server of `world` ranks runs on, and what its figures are per."""
         return world * self.per_rank
+
+    def slot_for(self, world: int) -> int:
+        """The devices a trial of `world` ranks takes from the node: its ranks' and, on a CPU
+        node with room, a core for its frontend."""
+        return self.devices_for(world) + self.frontend_cores
 
 
 def parse_cpu_flags(cpuinfo: str) -> frozenset[str]:
@@ -104,22 +113,27 @@ def detect(gpu_type: str, devices: int | None, nvml=None) -> Inventory:
 def bind_ranks(inv: Inventory, cores_per_rank: int | None, worlds: list[int],
                parallel: int = 1) -> Inventory:
     """A CPU node's inventory with the cores of one rank fixed for the whole study: the spec's
-    `hardware.cores_per_rank`, or by default the cores divided by the largest world size that
-    fits times the trials run at once (`parallel`), so that many of the largest can run side by
-    side. Without this, TP1 on every core would be measured per one device and TP2 per two."""
+    `hardware.cores_per_rank`, or by default each trial's share of the cores (the cores over
+    the trials run at once, `parallel`), less one for its frontend where the largest world size
+    that fits leaves room for it, divided by that world size, so that many of the largest can
+    run side by side. Without this, TP1 on every core would be measured per one device and TP2
+    per two."""
     if inv.kind != "cpu":
         if cores_per_rank is not None:
             raise BadInput(f"hardware.cores_per_rank is for gpu_type cpu, not {inv.type}: "
                            "leave it out (a GPU rank is one GPU)")
         return inv
     cores = len(inv.devices)
+    share = max(1, cores // max(1, parallel))
+    widest = max([w for w in worlds if w <= cores] or [1])
     if cores_per_rank is None:
-        fitting = [w for w in worlds if w <= cores] or [1]
-        cores_per_rank = max(1, cores // (max(fitting) * max(1, parallel)))
+        frontend = 1 if share > widest else 0
+        cores_per_rank = max(1, (share - frontend) // widest)
     elif cores_per_rank > cores:
         raise BadInput(f"hardware.cores_per_rank {cores_per_rank}: a trial may use only {cores} "
                        "cores here: lower it")
-    return replace(inv, per_rank=cores_per_rank)
+    frontend = 1 if share > widest * cores_per_rank else 0
+    return replace(inv, per_rank=cores_per_rank, frontend_cores=frontend)
 
 
 def planned_inventory(gpu, devices: int | None) -> Inventory:
@@ -133,12 +147,6 @@ def planned_inventory(gpu, devices: int | None) -> Inventory:
     kind = "cpu" if gpu.arch == "cpu" else "gpu"
     return Inventory(kind=kind, type=gpu.name, devices=tuple(range(n)),
                      description=f"{n} x {gpu.name} (planned)", host="planned")
-
-
-def split_devices(devices: list[int], parts: int) -> list[list[int]]:
-    """Split device ids into `parts` contiguous groups of equal size (the remainder unused)."""
-    per = len(devices) // parts
-    return [devices[i * per : (i + 1) * per] for i in range(parts)]
 
 
 def owned_devices(inv: Inventory, ids: list[int]) -> Inventory:

@@ -10,10 +10,11 @@ cleanup, through two more guards: the server's leader gets SIGTERM when the tune
 parent-death signal), and each server's process group is recorded in the store so the next run on
 this host reaps whatever survived.
 
-On a CPU node a server is held to the cores it was given (its processes' CPU affinity, set before
+On a CPU node a server is held to the cores of its slot (its processes' CPU affinity, set before
 the engine starts): vLLM binds only its workers' OpenMP threads (VLLM_CPU_OMP_THREADS_BIND), so
 without it the API server and engine core float over every core, onto a neighbour's, and a
-per-core figure depends on what else runs on the node.
+per-core figure depends on what else runs on the node. Once it is ready, its frontend is held to
+the slot's frontend cores (tuner.serve.cpu_layout), apart from its ranks'.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import psutil
 
+from tuner.serve.cpu_layout import CpuLayout, pin_frontend
 from tuner.serve.engines.base import LaunchPlan
 from tuner.serve.failures import classify, tail
 
@@ -107,6 +109,8 @@ class ServerProcess:
     new_session: bool = False
     # The cores the server is held to on a CPU node (None: any, as on a GPU node).
     cpus: tuple[int, ...] | None = None
+    # A CPU trial's layout: once ready, the frontend's processes are held to its cores.
+    layout: CpuLayout | None = None
 
     @property
     def log_path(self) -> Path:
@@ -168,6 +172,7 @@ class ServerProcess:
                 raise self.failure()
             got = http_get(url)
             if got is not None and got[0] == 200:
+                self.hold_frontend()
                 return elapsed
             if elapsed > timeout_s:
                 raise LaunchFailure(
@@ -176,6 +181,13 @@ class ServerProcess:
             if tick:
                 tick(elapsed)
             time.sleep(0.5)
+
+    def hold_frontend(self) -> list[int]:
+        """On a CPU node with a layout whose frontend has cores of its own: hold the server's
+        frontend processes there (its workers stay on their ranks' cores); the pids held."""
+        if self.layout is None or self.proc is None:
+            return []
+        return pin_frontend(group_members(self.proc.pid, self.create_time or 0.0), self.layout)
 
     def engine_version(self) -> str | None:
         if not self.plan.version_path:

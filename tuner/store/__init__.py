@@ -11,6 +11,7 @@ This package may import only `db`, `tuner.spec`, `tuner` itself and third-party 
 from tuner.store.bootstrap import mask_url, sqlite_file
 from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.records import (
+    HeadToHead,
     LevelMeasurement,
     PredictionRecord,
     QualityCheck,
@@ -21,6 +22,6 @@ from tuner.store.records import (
 )
 from tuner.store.repository import Store
 
-__all__ = ["BudgetSpent", "ConfigurationTaken", "LevelMeasurement", "PredictionRecord",
-           "QualityCheck", "QualityReference", "ServerRecord", "Store", "StoreError",
-           "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]
+__all__ = ["BudgetSpent", "ConfigurationTaken", "HeadToHead", "LevelMeasurement",
+           "PredictionRecord", "QualityCheck", "QualityReference", "ServerRecord", "Store",
+           "StoreError", "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]

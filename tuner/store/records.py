@@ -131,6 +131,21 @@ CONFIRM_STATES = ("confirmed", "inconclusive", "differs", "failed")
 
 
 @dataclass
+class HeadToHead:
+    """A study's finalists measured side by side (`tuner.search.head_to_head`): each
+    challenger's ratio to the leader (the best first run) from rounds paired in time, and the
+    trial the study chose with why."""
+
+    leader: int  # trial number
+    pick: int  # trial number of the configuration the study chose
+    reason: str  # why that one
+    together: bool  # servers up together, rounds alternating (else one server after another)
+    ratios: list[dict[str, Any]]  # {trial, ratio, low, high, pairs, verdict}
+    rounds: list[dict[str, Any]]  # {trial, pair, at (ISO time), tok_s_per_gpu, ttft_p90_ms}
+    created_at: dt.datetime | None = None
+
+
+@dataclass
 class StudyRecord:
     id: int
     name: str
@@ -141,6 +156,7 @@ class StudyRecord:
     space: dict
     tuner_version: str
     created_at: dt.datetime
+    head_to_head: HeadToHead | None = None  # the latest, where the finalists met
 
 
 @dataclass

@@ -20,6 +20,7 @@ from db.models import StudyModel, TrialModel
 from tuner.store import bootstrap
 from tuner.store.bootstrap import _PG_BUDGET_LOCK
 from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
+from tuner.store.head_to_head import HeadToHeadRows
 from tuner.store.predictions import Predictions
 from tuner.store.quality import QualityRows
 from tuner.store.records import (
@@ -46,7 +47,7 @@ from tuner.store.servers import ServerRows
 __all__ = ["Store"]
 
 
-class Store(ServerRows, Predictions, QualityRows):
+class Store(ServerRows, Predictions, QualityRows, HeadToHeadRows):
     """tuner's records in one database. Open it with `Store.open(url)`; close it when done."""
 
     @classmethod

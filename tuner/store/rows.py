@@ -25,6 +25,7 @@ from db.models import (
 from tuner.store.records import (
     BUDGET_STATES,
     NOT_COUNTED_FAILURES,
+    HeadToHead,
     LevelMeasurement,
     PredictionRecord,
     QualityCheck,
@@ -102,6 +103,7 @@ def _trial_records(session: Session, study_name: str, *where) -> list[TrialRecor
 
 
 def _study_record(row: StudyModel) -> StudyRecord:
+    latest = row.head_to_heads[-1] if row.head_to_heads else None
     return StudyRecord(
         id=row.id,
         name=row.name,
@@ -112,6 +114,10 @@ def _study_record(row: StudyModel) -> StudyRecord:
         space=row.space,
         tuner_version=row.tuner_version,
         created_at=row.created_at,
+        head_to_head=None if latest is None else HeadToHead(
+            leader=latest.leader, pick=latest.pick, reason=latest.reason,
+            together=latest.together, ratios=list(latest.ratios), rounds=list(latest.rounds),
+            created_at=latest.created_at),
     )
 
 

@@ -53,6 +53,9 @@ class EngineAdapter(Protocol):
     default_executable: str
     # Canonical parameters this engine can express; a space naming others is refused.
     supported_parameters: frozenset[str]
+    # Environment of a launch plan that ties a server to the trial's slot (its cores), which an
+    # export leaves out: a deploy machine binds its own (or the user sets it).
+    slot_env: frozenset[str]
 
     def launch_plan(
         self,
@@ -95,6 +98,11 @@ class EngineAdapter(Protocol):
     def infeasibility(self, config: dict[str, Any], shape: Any, gpu: Any,
                       settings: EngineSettings) -> str | None:
         """Engine-specific reasons a configuration cannot run (checked before any launch)."""
+        ...
+
+    def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
+        """Whether the server computes in processes of its own, apart from its frontend (so a
+        CPU trial can hold the frontend to other cores, tuner.serve.cpu_layout)."""
         ...
 
 

@@ -30,9 +30,13 @@ class SglangAdapter:
     default_executable = "python3"
     supported_parameters = frozenset(FLAGS) | {"enable_attention_dp", "speculative_method",
                                                "num_speculative_tokens"}
+    slot_env: frozenset[str] = frozenset()  # GPU ids are rewritten, not dropped
 
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1))
+
+    def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
+        return True  # GPU ranks are processes of their own
 
     def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
         # --max-running-requests bounds the whole server.

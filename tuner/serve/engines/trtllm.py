@@ -53,9 +53,13 @@ class TrtllmAdapter:
     supported_parameters = frozenset(KEYS) | frozenset(ATTENTION_DP_KEYS) | {
         "enable_attention_dp", "moe_backend", "kv_cache_dtype", "gpu_memory_fraction",
         "speculative_method", "num_speculative_tokens"}
+    slot_env: frozenset[str] = frozenset()  # GPU ids are rewritten, not dropped
 
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1))  # ep and attention DP subdivide it
+
+    def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
+        return True  # GPU ranks are processes of their own
 
     def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
         # With attention DP every rank holds a batch of max_batch_size; without, the server one.

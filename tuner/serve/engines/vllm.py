@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuner.serve.cpu_layout import plan_layout
 from tuner.serve.engines.base import EngineSettings, LaunchPlan, backend_infeasibility
 from tuner.serve.engines.rules import (
     cpu_kv_cache_dtype_infeasibility,
     single_rank_memory_infeasibility,
 )
-from tuner.serve.hardware import Inventory, cpu_flags, split_devices
+from tuner.serve.hardware import Inventory, cpu_flags
 
 CONFIG_FILE = "config.yaml"
 
@@ -46,6 +47,9 @@ class VllmAdapter:
     name = "vllm"
     default_executable = "vllm"
     supported_parameters = frozenset(FLAGS) | frozenset(SPECULATIVE) | {MOE_ACTIVATION}
+    # The CPU build's rank binding: the trial's cores. A deploy without it gets vLLM's own
+    # (a NUMA node per rank, a core of each kept for the frontend); a user's setting passes on.
+    slot_env = frozenset({"VLLM_CPU_OMP_THREADS_BIND"})
 
     def world_size(self, config: dict[str, Any]) -> int:
         return int(config.get("tensor_parallel_size", 1)) * int(config.get("data_parallel_size", 1))
@@ -92,9 +96,16 @@ class VllmAdapter:
             return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices[:world]))}
         # vLLM's CPU build binds each rank's OpenMP threads to the cores listed per rank: without
         # it TP > 1 fails with "Not enough allowed NUMA nodes", and a TP1 server would spread over
-        # every core, so its figure per device would depend on what else runs on the node.
-        groups = split_devices(devices[: inventory.devices_for(world)], world)
-        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(g) for g in groups)}
+        # every core, so its figure per device would depend on what else runs on the node. The
+        # ranks take the slot's first cores; the frontend the rest (tuner.serve.cpu_layout).
+        ranks = plan_layout(devices, world, inventory.per_rank).ranks
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(_core_range(list(r)) for r in ranks)}
+
+    def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
+        # With multiprocessing off, a one-rank server's engine core runs the model itself (the
+        # uni executor): compute and scheduler share a process.
+        one_process = settings.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+        return not (one_process and self.world_size(config) == 1)
 
     def launch_plan(
         self,

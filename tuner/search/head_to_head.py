@@ -1,0 +1,262 @@
+"""The study's finalists head to head: the verdict that survives the machine.
+
+A figure taken at 10:02 and one taken at 10:09 on a shared machine differ by whatever the
+machine did in between (the README records drifts of a quarter); each run's own interval says
+nothing of that. So the top candidates' servers are up together and their measurement rounds
+alternate (A B, B A, A B, ...), each at the load of its best first-run level: a drift moves the
+two rounds of a pair alike and cancels in their ratio. Each challenger's verdict is its ratio to
+the leader (the best first run) with the 95% interval of the pairs' log-ratios
+(`tuner.measure.stats.paired_ratio`): `ahead`, `behind`, or `tied` where the interval holds 1.
+The study picks a challenger only when it is ahead; between tied ones it picks the one on fewer
+devices, then the one with the lower TTFT p90 over the head-to-head, and says why.
+
+On a CPU node the finalists' servers share the node (each in its trial's layout; only the one
+being measured is loaded). On a GPU node they run together where their devices fit side by side;
+where they do not, the finalists are confirmed one after another in fresh servers instead
+(`tuner.search.confirm`), and the study says so.
+
+Each finalist's rounds are also its confirmation (its figure measured again, in a fresh server,
+against its first run), and every round is stored with its time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tuner.measure.loadgen import LevelRun, Repeats, run_sweep
+from tuner.measure.metrics import summarize_level
+from tuner.measure.prompts import sweep_prompts
+from tuner.measure.stats import paired_ratio
+from tuner.search.context import StudyContext
+from tuner.search.recovery import this_process
+from tuner.search.rules import objective
+from tuner.search.trial import server_for
+from tuner.serve.cpu_layout import thread_held_to
+from tuner.serve.engines import LaunchPlan
+from tuner.serve.launcher import LaunchFailure, ServerProcess
+from tuner.spec.space import describe
+from tuner.store import HeadToHead, TrialRecord
+from tuner.store.records import LevelMeasurement
+
+AHEAD, BEHIND, TIED = "ahead", "behind", "tied"
+MIN_PAIRS = 3
+
+
+@dataclass
+class Finalist:
+    trial: TrialRecord
+    level: LevelMeasurement  # its best first-run level: the load it is compared at
+    plan: LaunchPlan | None = None
+    server: ServerProcess | None = None
+    runs: list[LevelRun] = field(default_factory=list)
+    rounds: list[LevelMeasurement] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    trial: int
+    ratio: float
+    low: float | None
+    high: float | None
+    pairs: int
+
+    @property
+    def call(self) -> str:
+        if self.low is not None and self.low > 1:
+            return AHEAD
+        if self.high is not None and self.high < 1:
+            return BEHIND
+        return TIED
+
+    def line(self, leader: int) -> str:
+        return ratio_line(self.to_dict(), leader)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial": self.trial, "ratio": self.ratio, "low": self.low, "high": self.high,
+                "pairs": self.pairs, "verdict": self.call}
+
+
+def ratio_line(v: dict[str, Any], leader: int) -> str:
+    """A challenger's verdict in one line, as the study and `tuner best` print it (`v` as
+    stored: trial, ratio, low, high, pairs, verdict)."""
+    span = "" if v["low"] is None else f" [95% {v['low']:.3f}-{v['high']:.3f}]"
+    return (f"trial {v['trial']} / trial {leader}: {v['ratio']:.3f}{span} over {v['pairs']} "
+            f"pairs of rounds: {v['verdict']}")
+
+
+def summary_lines(h: HeadToHead) -> list[str]:
+    """A stored head-to-head in lines: how it ran, each challenger's verdict, the pick."""
+    how = ("servers up together, rounds alternating" if h.together
+           else "servers one after another")
+    return ([f"head-to-head of {len(h.ratios) + 1} finalists ({how}): pick trial {h.pick} "
+             f"({h.reason})"] + [f"  {ratio_line(v, h.leader)}" for v in h.ratios])
+
+
+def placements(ctx: StudyContext, trials: list[TrialRecord]) -> list[list[int]] | None:
+    """The devices of each finalist's server when they can be up together: on a CPU node, every
+    one in its trial's layout on the node's cores (one is loaded at a time); on a GPU node,
+    blocks of their own where they fit side by side; None where they do not."""
+    devices = list(ctx.inventory.devices)
+    if ctx.inventory.kind == "cpu":
+        return [devices for _ in trials]
+    out, start = [], 0
+    for t in trials:
+        n = ctx.inventory.slot_for(ctx.adapter.world_size(t.params))
+        if start + n > len(devices):
+            return None
+        out.append(devices[start:start + n])
+        start += n
+    return out
+
+
+def verdicts(leader: Finalist, challengers: list[Finalist]) -> list[Verdict]:
+    """Each challenger's ratio to the leader over the pairs both have."""
+    out = []
+    for c in challengers:
+        n = min(len(leader.rounds), len(c.rounds))
+        base = [m.output_tok_s_per_gpu for m in leader.rounds[:n]]
+        other = [m.output_tok_s_per_gpu for m in c.rounds[:n]]
+        if n == 0 or not all(base) or not all(other):
+            continue
+        ratio, low, high = paired_ratio(base, other)
+        out.append(Verdict(c.trial.number, ratio, low, high, n))
+    return out
+
+
+def settled(found: list[Verdict], target: float) -> bool:
+    """Every challenger is decided (ahead or behind), or its interval is within `target` of its
+    ratio both ways (tied, as far as this measurement can tell)."""
+    return all(v.call != TIED or (v.low is not None and v.high / v.low <= (1 + target) ** 2)
+               for v in found)
+
+
+def mean_ttft(f: Finalist) -> float:
+    values = [m.ttft_p90_ms for m in f.rounds if m.ttft_p90_ms is not None]
+    return sum(values) / len(values) if values else math.inf
+
+
+def pick(leader: Finalist, challengers: list[Finalist], found: list[Verdict]
+         ) -> tuple[Finalist, str]:
+    """The study's pick among the finalists, and why."""
+    by_number = {c.trial.number: c for c in challengers}
+    ahead = [v for v in found if v.call == AHEAD]
+    if ahead:
+        best = max(ahead, key=lambda v: v.ratio)
+        return by_number[best.trial], (f"trial {best.trial} is ahead of trial "
+                                       f"{leader.trial.number} by {best.ratio - 1:.1%}")
+    tied = [leader] + [by_number[v.trial] for v in found if v.call == TIED]
+    if len(tied) == 1:
+        return leader, "every challenger is behind it"
+    chosen = min(tied, key=lambda f: (f.trial.gpus or 1, mean_ttft(f)))
+    others = ", ".join(str(f.trial.number) for f in tied if f is not chosen)
+    fewer = (chosen.trial.gpus or 1) < max(f.trial.gpus or 1 for f in tied)
+    why = "fewer devices" if fewer else (f"the lower TTFT p90 in the head-to-head "
+                                         f"({mean_ttft(chosen):.0f} ms)")
+    return chosen, f"tied with trial {others}: chosen for {why}"
+
+
+def _stopping(ctx: StudyContext) -> None:
+    if ctx.stop.is_set():
+        raise KeyboardInterrupt
+
+
+def _round(ctx: StudyContext, f: Finalist, prompts, offset: int, warmup: int) -> None:
+    w = ctx.spec.workload
+    layout = f.server.layout if f.server is not None else None
+    with thread_held_to(None if layout is None else layout.client):
+        (run,) = run_sweep(f.plan.base_url, f.plan.model, prompts[offset:], [f.level.concurrency],
+                           w.requests_per_level, w.output_len, warmup, w.request_timeout_s,
+                           api=w.api, repeats=Repeats(1), seed=w.seed)
+    if warmup:  # a warm-up round: its server's first load, not measured
+        return
+    f.runs.append(run)
+    f.rounds.append(summarize_level(run, f.plan.gpus, ctx.spec.sla.to_sla()))
+
+
+def _confirmation(ctx: StudyContext, f: Finalist) -> LevelMeasurement | None:
+    """The finalist's rounds as one level: its figure measured again, with its interval."""
+    if not f.runs:
+        return None
+    rounds = [r for run in f.runs for r in (run.rounds or [])]
+    whole = LevelRun(concurrency=f.level.concurrency,
+                     results=[x for run in f.runs for x in run.results],
+                     duration_s=sum(run.duration_s for run in f.runs), rounds=rounds)
+    return summarize_level(whole, f.plan.gpus, ctx.spec.sla.to_sla(),
+                           ci_target=ctx.spec.workload.ci_target)
+
+
+def run(ctx: StudyContext, chosen: list[TrialRecord]
+        ) -> tuple[HeadToHead, dict[int, LevelMeasurement | None]] | None:
+    """The head-to-head of `chosen` (the leader first), stored; with each finalist's rounds as
+    one level (its confirmation, None where it measured none). None where their servers cannot
+    be up together (nothing was started) or one failed."""
+    sla = ctx.spec.sla.to_sla()
+    where = placements(ctx, chosen)
+    if where is None or len(chosen) < 2:
+        return None
+    finalists = [Finalist(t, objective(t.measurements, sla)[1]) for t in chosen]
+    w = ctx.spec.workload
+    max_pairs = max(w.max_rounds, MIN_PAIRS)
+    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size,
+                            w.requests_per_level * max_pairs * len(finalists)
+                            + w.warmup_requests * len(finalists) + 8)
+    ctx.say(f"head-to-head: {len(finalists)} finalists, servers up together, rounds "
+            f"alternating (A B, B A, ...) at each one's best load")
+    rounds_out: list[dict[str, Any]] = []
+    try:
+        for f, devices in zip(finalists, where, strict=True):
+            ctx.say(f"  trial {f.trial.number}  {describe(f.trial.params)}  at "
+                    f"c={f.level.concurrency} (first run {f.trial.objective:,.0f} tok/s/GPU)")
+            f.plan, f.server = server_for(ctx, f.trial.params, devices,
+                                          f"trial-{f.trial.number:04d}-h2h")
+            f.server.start()
+            owner_pid, owner_created = this_process()
+            ctx.store.record_server(f.trial.id, host=ctx.inventory.host, pid=f.server.pid,
+                                    pgid=f.server.pid, create_time=f.server.create_time or 0.0,
+                                    log_path=str(f.server.log_path), owner_pid=owner_pid,
+                                    owner_create_time=owner_created)
+            ready = f.server.wait_ready(ctx.spec.engine.ready_timeout_s,
+                                        tick=lambda _: _stopping(ctx))
+            ctx.say(f"    server ready in {ready:.1f} s"
+                    + (f"; {f.server.layout.line()}" if f.server.layout else ""))
+        offset = 0
+        for f in finalists:
+            _round(ctx, f, prompts, offset, w.warmup_requests)
+            offset += w.warmup_requests
+        found: list[Verdict] = []
+        for pair in range(max_pairs):
+            order = finalists if pair % 2 == 0 else list(reversed(finalists))
+            for f in order:
+                at = dt.datetime.now(dt.timezone.utc)
+                _round(ctx, f, prompts, offset, 0)
+                offset += w.requests_per_level
+                m = f.rounds[-1]
+                rounds_out.append({"trial": f.trial.number, "pair": pair, "at": at.isoformat(),
+                                   "tok_s_per_gpu": m.output_tok_s_per_gpu,
+                                   "ttft_p90_ms": m.ttft_p90_ms})
+                if not f.server.alive():
+                    raise f.server.failure()
+            found = verdicts(finalists[0], finalists[1:])
+            _stopping(ctx)
+            if pair + 1 >= MIN_PAIRS and settled(found, w.ci_target):
+                break
+    except LaunchFailure as e:
+        ctx.say(f"  head-to-head stopped: a finalist's server failed ({e.kind}: {e.reason})")
+        return None
+    finally:
+        for f in finalists:
+            if f.server is not None and f.server.proc is not None:
+                f.server.stop()
+                ctx.store.mark_server_stopped(f.trial.id)
+    chosen_one, why = pick(finalists[0], finalists[1:], found)
+    for v in found:
+        ctx.say(f"  {v.line(finalists[0].trial.number)}")
+    ctx.say(f"  -> pick: trial {chosen_one.trial.number} ({why})")
+    h = HeadToHead(leader=finalists[0].trial.number, pick=chosen_one.trial.number, reason=why,
+                   together=True, ratios=[v.to_dict() for v in found], rounds=rounds_out)
+    ctx.store.record_head_to_head(ctx.name, h)
+    return h, {f.trial.number: _confirmation(ctx, f) for f in finalists}
