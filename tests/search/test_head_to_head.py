@@ -144,7 +144,9 @@ def test_a_study_ends_with_its_finalists_head_to_head_on_the_fake_engine(tmp_pat
     # The head-to-head is each finalist's confirmation too: one level, at its best load.
     for t in (fast, slow):
         assert t.confirm_state in ("confirmed", "inconclusive", "differs")
-        assert [m.concurrency for m in t.confirmation] == [2]
+        (again,) = t.confirmation
+        assert again.concurrency == 2 and again.rounds == ratio["pairs"]
+        assert again.output_tok_s_ci95 is not None  # an interval over its rounds
     best = json.loads((d / "tuner-exports" / "test-study" / "best.json").read_text())
     assert best["trial"] == fast.number
     shown = call_tuner("best", cwd=d)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.measure.loadgen import LevelRun, Repeats, run_sweep
+from tuner.measure.loadgen import LevelRun, Repeats, RoundRun, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import sweep_prompts
 from tuner.measure.stats import paired_ratio
@@ -181,7 +181,9 @@ def _confirmation(ctx: StudyContext, f: Finalist) -> LevelMeasurement | None:
     """The finalist's rounds as one level: its figure measured again, with its interval."""
     if not f.runs:
         return None
-    rounds = [r for run in f.runs for r in (run.rounds or [])]
+    # A one-round run keeps its requests as its only round (`LevelRun.rounds` empty).
+    rounds = [r for run in f.runs
+              for r in (run.rounds or [RoundRun(run.results, run.duration_s)])]
     whole = LevelRun(concurrency=f.level.concurrency,
                      results=[x for run in f.runs for x in run.results],
                      duration_s=sum(run.duration_s for run in f.runs), rounds=rounds)

@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
 from tuner.search.context import StudyContext
+from tuner.search.lessons import lessons, ruled_out
 from tuner.search.quality_gate import ensure_reference
 from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
 from tuner.search.rules import config_key, settled
@@ -103,7 +104,8 @@ def run_study(ctx: StudyContext, n_trials: int,
     results: list[TrialResult] = []
     started = time.monotonic()
     timeout = ctx.spec.budget.timeout_min
-    infeasible_seen: set[str] = set()
+    infeasible_seen: set[str] = set()  # recorded as infeasible, or as skipped (lessons)
+    queued_skips: set[str] = set()  # ruled out by a failure's lesson, queued to be recorded
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.sampler_seed)
     poll_s = min(ctx.spec.budget.heartbeat_interval_s, OTHER_WORKER_POLL_S)
@@ -129,7 +131,14 @@ def run_study(ctx: StudyContext, n_trials: int,
             elsewhere = {config_key(t.params) for t in ctx.store.running_trials(ctx.name)}
             running = runner.keys | elsewhere
             used = max(ctx.store.budget_used(ctx.name), len(done) + runner.in_flight)
-            untried = [c for k, c in feasible.items() if k not in done and k not in running]
+            taught = (lessons(ctx.store.trials(ctx.name), ctx.adapter.name)
+                      if ctx.spec.budget.learn_from_failures else [])
+            untried = [c for k, c in feasible.items() if k not in done and k not in running
+                       and k not in infeasible_seen]
+            for c in untried:  # asked next, each is recorded as skipped: no server
+                if config_key(c) not in queued_skips and ruled_out(c, taught) is not None:
+                    queued_skips.add(config_key(c))
+                    study.enqueue_trial(c)
             if used >= n_trials or not untried:
                 if runner.in_flight:
                     runner.wait_one()
@@ -168,13 +177,17 @@ def run_study(ctx: StudyContext, n_trials: int,
                 idle += 1
                 continue
             reason = ctx.infeasible(params)
+            lesson = None if reason else ruled_out(params, taught)
+            if lesson is not None:  # a failure's cause already ruled it out: no server
+                reason = lesson.text()
             if reason:
                 tell_unusable(study, trial, "infeasible", "infeasible", reason)
                 idle += 1
                 if key not in infeasible_seen:
                     infeasible_seen.add(key)
                     ctx.store.record_infeasible(ctx.name, trial.number, params, reason)
-                    ctx.say(f"trial {trial.number}  {describe(params)}\n  infeasible: {reason}")
+                    shown = reason if lesson is not None else f"infeasible: {reason}"
+                    ctx.say(f"trial {trial.number}  {describe(params)}\n  {shown}")
                     results.append(TrialResult(trial.number, params, "infeasible",
                                                failure_kind="infeasible", failure_reason=reason))
                 continue

@@ -347,8 +347,13 @@ class BudgetSpec(_Strict):
         "TP4 trials on an 8-GPU node)."
     )
     confirm_top_k: int = Field(
-        3, ge=0, description="At the end of `tuner run`, re-run this many of the best trials in "
-        "a fresh server each before naming a winner (0: do not confirm)."
+        3, ge=0, description="At the end of `tuner run`, measure this many of the best trials "
+        "again before naming a winner: head to head, their servers up together, where they fit "
+        "(0: do not confirm)."
+    )
+    learn_from_failures: bool = Field(
+        True, description="After a trial fails as unsupported or crash, skip the "
+        "configurations that share the values its cause follows from (false: launch them)."
     )
     # Several workers on one study (`tuner worker`): a worker that stops beating for the grace
     # period is presumed dead, its trial failed and retried once by whichever worker notices.

@@ -78,3 +78,12 @@ def _shape(name: str) -> Any:
 def gpus_per_node(gpu_name: str) -> int | None:
     """GPUs one server may span on this GPU type (a GB200 compute tray: 4), None: no limit."""
     return _rules()["gpus_per_node"].get(gpu_name)
+
+
+def failure_implicates(engine: str, reason: str | None) -> dict[str, Any] | None:
+    """The parameter values a failure's cause follows from on this engine (engine_rules.yaml
+    `failure_causes`: a value, or {"min": N}); None when no known cause matches `reason`."""
+    for cause in _rules().get("failure_causes", {}).get(engine, []):
+        if reason and cause["match"] in reason:
+            return dict(cause["implicates"])
+    return None
