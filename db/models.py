@@ -247,6 +247,9 @@ class ServerModel(Base):
     # owned by its trial's worker. NULL in rows from before revision 0007.
     owner_pid: Mapped[int | None] = mapped_column(Integer)
     owner_create_time: Mapped[float | None] = mapped_column(Float)
+    # Seconds per start phase, from its log: [[phase, seconds], ...] (NULL before 0011, or
+    # where the server never became ready).
+    start_phases: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
 
     trial: Mapped[TrialModel] = relationship(back_populates="servers")
 

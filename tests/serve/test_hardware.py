@@ -77,3 +77,14 @@ def test_the_cpu_flags_are_the_first_processors_flags_line():
 
 def test_a_cpu_without_an_x86_flags_line_has_no_flags():
     assert parse_cpu_flags(ARM_CPUINFO) == frozenset()
+
+
+def test_a_cpu_is_named_by_its_model_and_widest_instruction_set():
+    from tuner.serve.hardware import cpu_description
+
+    amd = "processor\t: 0\nmodel name\t: AMD EPYC 7R13 Processor\nflags\t\t: fpu avx2 fma\n"
+    intel = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: avx2 "
+             "avx512f avx512vl avx512bw avx512dq\n")
+    assert cpu_description(2, amd) == "2 CPU cores (AMD EPYC 7R13 Processor, AVX2)"
+    assert cpu_description(2, intel) == "2 CPU cores (Intel(R) Xeon(R) Platinum 8488C, AVX-512)"
+    assert cpu_description(4, "").startswith("4 CPU cores (")

@@ -53,6 +53,7 @@ from tuner.serve.cpu_layout import plan_layout, thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
+from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement, QualityCheck
@@ -458,6 +459,11 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        phases = start_phases(plan.engine, server.log_text(), server.create_time or 0.0,
+                              time.time())
+        if phases:
+            ctx.store.record_start_phases(trial_id, server.pid, phases)
+            ctx.say(f"  {phases_line(phases)}")
         if server.layout is not None:
             ctx.say(f"  {server.layout.line()}")
         levels.extend(measure(ctx, server, plan, deadline, sweep, cut_short))

@@ -66,13 +66,44 @@ def cpu_flags() -> frozenset[str]:
         return frozenset()
 
 
+# The widest vector instruction set a CPU has, by the /proc/cpuinfo flags that mean it (the
+# same sets torch tests, ATen/cpu/Utils.cpp): figures from an AVX2-only CPU and one with
+# AVX-512 are not the same machine's.
+ISA_TIERS = (("AMX", ("amx_tile",)), ("AVX-512", ("avx512f", "avx512vl", "avx512bw", "avx512dq")),
+             ("AVX2", ("avx2",)))
+
+
+def cpu_model(cpuinfo: str) -> str | None:
+    """The CPU's model name from /proc/cpuinfo's first processor (None where it lists none)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return " ".join(value.split())
+    return None
+
+
+def isa_tier(flags: frozenset[str]) -> str | None:
+    return next((name for name, needs in ISA_TIERS if set(needs) <= flags), None)
+
+
+def cpu_description(cores: int, cpuinfo: str) -> str:
+    """What a CPU study's figures are of: its cores, model and widest instruction set."""
+    parts = [p for p in (cpu_model(cpuinfo), isa_tier(parse_cpu_flags(cpuinfo))) if p]
+    arch = platform.processor() or platform.machine()
+    return f"{cores} CPU cores ({', '.join(parts) or arch})"
+
+
 def cpu_inventory() -> Inventory:
     cores = tuple(sorted(os.sched_getaffinity(0)))
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
     return Inventory(
         kind="cpu",
         type="cpu",
         devices=cores,
-        description=f"{len(cores)} CPU cores ({platform.processor() or platform.machine()})",
+        description=cpu_description(len(cores), cpuinfo),
         host=socket.gethostname(),
     )
 

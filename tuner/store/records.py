@@ -277,6 +277,7 @@ class ServerRecord:
     # For rows from before revision 0007: the pid of its trial's worker, start time unknown.
     owner_pid: int | None = None
     owner_create_time: float | None = None
+    start_phases: list[list[Any]] | None = None  # [[phase, seconds], ...] (start_phases.py)
 
 
 def config_key(params: dict[str, Any]) -> str:

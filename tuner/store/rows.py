@@ -148,6 +148,7 @@ def _server_record(row: ServerModel) -> ServerRecord:
         started_at=row.started_at,
         owner_pid=row.owner_pid,
         owner_create_time=row.owner_create_time,
+        start_phases=row.start_phases,
     )
 
 

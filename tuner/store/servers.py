@@ -37,6 +37,14 @@ class ServerRows(StoreBase):
                 )
             )
 
+    def record_start_phases(self, trial_id: int, pid: int, phases: list[tuple[str, float]]
+                            ) -> None:
+        """Store where the start of the trial's server `pid` went, phase by phase."""
+        with self._session(f"record the start of the server of trial id {trial_id}") as session:
+            session.execute(update(ServerModel)
+                            .where(ServerModel.trial_id == trial_id, ServerModel.pid == pid)
+                            .values(start_phases=[[name, s] for name, s in phases]))
+
     def mark_server_stopped(self, trial_id: int) -> None:
         """Mark every still-running server of the trial stopped now (idempotent)."""
         with self._session(f"mark the server of trial id {trial_id} stopped") as session:
@@ -45,6 +53,13 @@ class ServerRows(StoreBase):
                 .where(ServerModel.trial_id == trial_id, ServerModel.stopped_at.is_(None))
                 .values(stopped_at=_now())
             )
+
+    def servers(self, trial_id: int) -> list[ServerRecord]:
+        """The servers a trial launched, in order (its run, then any confirmation's)."""
+        with self._session(f"read the servers of trial id {trial_id}") as session:
+            rows = session.scalars(select(ServerModel).where(ServerModel.trial_id == trial_id)
+                                   .order_by(ServerModel.id))
+            return [_server_record(row) for row in rows]
 
     def unstopped_servers(self, host: str) -> list[ServerRecord]:
         """Servers on `host` never marked stopped, oldest first. A row from before servers
