@@ -2,6 +2,7 @@
 answers against the quality gate's reference (the differing ones side by side) and the server
 log's tail."""
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 import tuner_ui as ui
@@ -126,6 +127,17 @@ def render() -> None:
         if len(differ):
             st.markdown(f"**{len(differ)} answer(s) differ from the reference**")
             st.dataframe(differ, hide_index=True, width="stretch")
+    rounds = dd.head_to_head_frame(data.study, trial)
+    if rounds is not None:
+        st.subheader("Head-to-head, the finalists' rounds over time")
+        st.caption(" · ".join(dd.head_to_head_lines(data.study)))
+        chart = alt.Chart(rounds).mark_line(point=True).encode(
+            x=alt.X("at:T", title="time"),
+            y=alt.Y(f"{dd.TOK_GPU}:Q", title=dd.TOK_GPU, scale=alt.Scale(zero=False)),
+            color=alt.Color("trial:N", scale=alt.Scale(scheme="tableau10")),
+            tooltip=["trial", "pair", alt.Tooltip("at:T", format="%H:%M:%S"),
+                     alt.Tooltip(f"{dd.TOK_GPU}:Q", format=",.0f")])
+        st.altair_chart(chart, width="stretch")
     if trial.confirm_state is not None:
         st.subheader("Confirmation, the same configuration in a fresh server")
         st.caption(dd.confirmation_text(trial))

@@ -14,17 +14,8 @@ from tests.conftest import call_tuner
 from tests.report.test_export import LEVEL
 from tests.search.test_quality_gate import study_dir
 from tuner.measure.stats import paired_ratio
-from tuner.search.head_to_head import (
-    AHEAD,
-    BEHIND,
-    TIED,
-    Finalist,
-    Verdict,
-    pick,
-    placements,
-    settled,
-    verdicts,
-)
+from tuner.search.finalists import AHEAD, BEHIND, TIED, Finalist, Verdict, pick, settled, verdicts
+from tuner.search.head_to_head import placements
 from tuner.search.rules import winner
 from tuner.serve.hardware import Inventory
 from tuner.store import HeadToHead, Store
@@ -153,3 +144,27 @@ def test_a_study_ends_with_its_finalists_head_to_head_on_the_fake_engine(tmp_pat
     assert f"head-to-head of 2 finalists (servers up together, rounds alternating): pick trial " \
         f"{fast.number}" in shown.stdout
     assert f"trial {slow.number} / trial {fast.number}: " in shown.stdout
+
+
+def test_the_trial_page_draws_the_head_to_heads_rounds_in_time_order(tmp_path):
+    from tests.report.test_export import add_trial, study_store
+    from tuner.report import dashboard_data as dd
+
+    store = study_store(tmp_path)
+    add_trial(store, 0, {"tensor_parallel_size": 1, "max_batch_size": 4}, 900.0, True)
+    add_trial(store, 1, {"tensor_parallel_size": 1, "max_batch_size": 16}, 880.0, True)
+    add_trial(store, 2, {"tensor_parallel_size": 1, "max_batch_size": 64}, 500.0, True)
+    rounds = [{"trial": t, "pair": p, "at": f"2026-12-07T10:0{2 * p + i}:00+00:00",
+               "tok_s_per_gpu": 900.0 - 50 * p, "ttft_p90_ms": 20.0}
+              for p in range(2) for i, t in enumerate((0, 1) if p % 2 == 0 else (1, 0))]
+    store.record_head_to_head("s", HeadToHead(
+        leader=0, pick=0, reason="every challenger is behind it", together=True,
+        ratios=[{"trial": 1, "ratio": 0.97, "low": 0.95, "high": 0.99, "pairs": 2,
+                 "verdict": BEHIND}], rounds=rounds))
+    study, trials = store.get_study("s"), {t.number: t for t in store.trials("s")}
+    frame = dd.head_to_head_frame(study, trials[1])
+    assert list(frame.columns) == dd.H2H_COLUMNS and len(frame) == 4
+    assert frame["at"].is_monotonic_increasing and list(frame["trial"]) == ["0", "1", "1", "0"]
+    assert dd.head_to_head_frame(study, trials[2]) is None  # not a finalist
+    assert dd.head_to_head_lines(study)[1] == ("  trial 1 / trial 0: 0.970 [95% 0.950-0.990] "
+                                               "over 2 pairs of rounds: behind")

@@ -13,7 +13,7 @@ LOG = """W1207 14:27:33.319000 9938 torch/_library/triton.py:53] Triton not avai
 (EngineCore pid=9984) INFO 12-07 14:27:39 [core.py:133] Initializing a V1 LLM engine (v0.32.0)
 (Worker_TP0 pid=9995) INFO 12-07 14:27:47 [parallel_state.py:1] world_size=2 rank=0
 (Worker_TP0 pid=9995) INFO 12-07 14:27:48 [default_loader.py:501] Loading weights took 0.00 s
-(EngineCore pid=9984) INFO 12-07 14:27:49 [core.py:402] init engine (profile, create kv cache, warmup model) took 0.45 s
+(EngineCore pid=9984) INFO 12-07 14:27:49 [core.py:402] init engine (profile, create kv cache, ...
 (APIServer pid=9938) INFO 12-07 14:27:50 [entry.py:140] Starting vLLM server on http://127.0.0.1:41679
 """
 

@@ -108,7 +108,7 @@ def _print_best(study, best, trials) -> None:
     out.print(_table(trial_measurements_frame(study, best, confirmation=True)))
     _print_convergence(study, best.confirmation)
     if study.head_to_head is not None:
-        from tuner.search.head_to_head import summary_lines
+        from tuner.search.finalists import summary_lines
 
         for line in summary_lines(study.head_to_head):
             out.print(f"  {line}")

@@ -41,6 +41,11 @@ from tuner.report.dashboard_data.choose import (
     rank_studies,
 )
 from tuner.report.dashboard_data.curves import CURVE_COLUMNS, LoadCurves, load_curves
+from tuner.report.dashboard_data.head_to_head import (
+    H2H_COLUMNS,
+    head_to_head_frame,
+    head_to_head_lines,
+)
 from tuner.report.dashboard_data.importance import Importance, param_importances
 from tuner.report.dashboard_data.labels import (
     CONFIRMED_TOK_GPU,
@@ -108,7 +113,8 @@ from tuner.search.choose import BY, Targets  # the Choose page's inputs, as `tun
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
 
 __all__ = [
-    "BY", "CHART_LIMIT", "CHOICE_COLUMNS", "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "GAP", "HARDWARE",
+    "BY", "CHART_LIMIT", "CHOICE_COLUMNS", "H2H_COLUMNS", "head_to_head_frame",
+    "head_to_head_lines", "CONFIRMED_TOK_GPU", "CURVE_COLUMNS", "GAP", "HARDWARE",
     "LEVEL_COLUMNS", "LOAD_AT_SLA", "POINT_COLUMNS", "PVM_COLUMNS", "STATES", "STORAGE_ENV",
     "TOK_GPU", "USD_MTOK", "USER_P50", "USER_P90", "BestCard", "Drawn", "FailureGroup",
     "Importance", "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking",
