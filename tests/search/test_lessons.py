@@ -42,18 +42,35 @@ def test_a_known_unsupported_cause_rules_out_every_configuration_sharing_its_val
     assert ruled_out({"tensor_parallel_size": 2}, [lesson]) is None
 
 
-def test_an_unknown_crash_rules_out_its_structural_values_whatever_the_sizes():
-    crash = failed(1, {"tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
-                       "max_batch_size": 4, "max_num_tokens": 512},
-                   "crash", "Segfault encountered in some_kernel (kernel.cpp:12)")
-    (lesson,) = lessons([crash], "vllm")
-    assert not lesson.known
-    assert lesson.values["tensor_parallel_size"] == 2 and lesson.values["kv_cache_dtype"] == "fp8"
-    assert "max_batch_size" not in lesson.values
+def test_an_unknown_crash_is_learned_from_its_second_failure_as_their_shared_structure():
+    reason = "Segfault encountered in some_kernel (kernel.cpp:12)"
+    first = failed(1, {"tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
+                       "speculative_method": "ngram", "max_batch_size": 4}, "crash", reason)
+    assert lessons([first], "vllm") == []  # once may be anything
+    second = failed(3, {"tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
+                        "speculative_method": "none", "max_batch_size": 64}, "crash", reason)
+    (lesson,) = lessons([first, second], "vllm")
+    assert not lesson.known and lesson.trial == 3
+    assert lesson.values == {"tensor_parallel_size": 2, "data_parallel_size": 1,
+                             "enable_expert_parallel": False, "expert_parallel_size": 1,
+                             "enable_attention_dp": False, "kv_cache_dtype": "fp8"}
     assert ruled_out({"tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
-                      "max_batch_size": 64}, [lesson]) is lesson
-    assert ruled_out({"tensor_parallel_size": 2, "kv_cache_dtype": "auto",
-                      "max_batch_size": 4}, [lesson]) is None
+                      "max_batch_size": 16}, [lesson]) is lesson
+    assert ruled_out({"tensor_parallel_size": 2, "kv_cache_dtype": "auto"}, [lesson]) is None
+
+
+def test_a_lesson_a_complete_trial_contradicts_teaches_nothing():
+    # A known cause whose values a configuration served with (DP2 on a dense model, say) ...
+    dp2 = failed(4, {"data_parallel_size": 2}, "unsupported",
+                 DP2_UNSUPPORTED.split(": ", 1)[1])
+    served = SimpleNamespace(number=5, state="complete", params={"data_parallel_size": 2},
+                             failure_kind=None, failure_reason=None)
+    assert lessons([dp2, served], "vllm") == []
+    # ... and a known cause the failed configuration does not have (the fused-MoE segfault
+    # rule is about TP >= 2 with EP; a TP1 crash with that line is learned like an unknown one).
+    tp1 = failed(0, {"tensor_parallel_size": 1, "max_batch_size": 8}, "crash",
+                 "Segfault encountered in fused_moe_impl (fake_moe.cpp:42)")
+    assert lessons([tp1], "vllm") == []
 
 
 def test_failures_that_name_no_lasting_cause_teach_nothing():
@@ -93,16 +110,20 @@ def test_a_study_pays_a_crash_once_and_skips_what_shares_its_cause(tmp_path):
     out, trials = _study(tmp_path, learn=True)
     crashed = [t for t in trials if t.state == "failed"]
     assert len(crashed) == 1 and crashed[0].failure_kind == "crash"
-    skipped = [t for t in trials if t.failure_reason and t.failure_reason.startswith("skipped")]
-    assert [t.params["tensor_parallel_size"] for t in skipped] == [2]
-    assert skipped[0].state == "infeasible"  # rejected before launch: no server
-    assert f"follows trial {crashed[0].number} (crash: " in skipped[0].failure_reason
-    # Every configuration launched after the crash is one its cause did not rule out.
+    # The other TP2 configuration was never launched, and the run said why.
     launched = [t for t in trials if t.state != "infeasible"]
-    assert all(t.params["tensor_parallel_size"] == 1 for t in launched
-               if t.number > crashed[0].number)
+    assert sorted(t.params["max_batch_size"] for t in launched
+                  if t.params["tensor_parallel_size"] == 2) == [crashed[0].params[
+                      "max_batch_size"]]
     assert sum(t.state == "complete" for t in trials) == 2
-    assert "skipped: follows trial" in out
+    assert (f"lesson from trial {crashed[0].number}: tensor_parallel_size >= 2, "
+            "enable_expert_parallel=True fails alike; 1 configuration(s) of the space skipped "
+            "from now on") in out
+    # A proposal the lesson rules out is recorded as skipped, naming the trial it follows.
+    skipped = [t for t in trials if (t.failure_reason or "").startswith("skipped")]
+    for t in skipped:
+        assert t.state == "infeasible" and t.params["tensor_parallel_size"] == 2
+        assert f"follows trial {crashed[0].number} (crash: " in t.failure_reason
 
 
 def test_the_spec_can_turn_learning_off(tmp_path):

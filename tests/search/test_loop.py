@@ -233,3 +233,23 @@ def test_a_trial_clearly_below_the_incumbent_stops_its_rounds_and_is_pruned(tmp_
     assert rules.winner(ctx.store.get_study(ctx.name), list(trials.values())).number == \
         trials[16].number
     ctx.store.close()
+
+
+def test_a_level_cut_by_the_trials_time_limit_keeps_its_rounds_and_its_interval(tmp_path):
+    # Rounds of 8 requests of about 0.1 s each that never reach a 0.01% target: the trial's
+    # time limit, not max_rounds, ends the level.
+    landscape = {"default": {"ttft_s": 0.005, "itl_s": 0.01}}
+    ctx = landscape_study(tmp_path, landscape, [4], n_trials=1,
+                          workload={"max_rounds": 1000, "ci_target": 0.0001},
+                          trial_timeout_s=8)
+    loop.run_study(ctx, n_trials=1)
+    (trial,) = ctx.store.trials(ctx.name)
+    (level,) = trial.measurements
+    assert trial.state == "complete", trial.failure_reason  # its one level was measured
+    assert 2 <= level.rounds < 1000 and level.converged is False
+    assert level.output_tok_s_ci95 is not None  # the rounds it had, with their interval
+    from tuner.measure.metrics import convergence_note
+
+    assert convergence_note(level, 0.0001, 1000).startswith(
+        f"not converged: stopped after {level.rounds} of 1000 rounds (cut short")
+    ctx.store.close()

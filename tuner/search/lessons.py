@@ -3,11 +3,13 @@ follows from are not launched again (`budget.learn_from_failures`).
 
 A failure as `unsupported` or `crash` names a cause. Where the engine's rules know the cause
 (tuner/data/engine_rules.yaml `failure_causes`: vLLM's CPU build has no all_gatherv, so any
-data parallelism over a MoE model fails), it implicates those values; otherwise it implicates
-the failed configuration's structural values (its layout, kernels and precision, not its sizes:
-a batch limit does not make a kernel exist). A sampled configuration that matches every value
-of some failure's lesson is recorded as skipped, naming the trial it follows and the cause, and
-Optuna is told it is unusable, as for an infeasible sample: no server is started.
+data parallelism over a MoE model fails) and the failed configuration has its values, it
+implicates those values at once. An unknown cause is learned from its second failure: the
+structural values (layout, kernels, precision; not sizes) every configuration that failed with
+it shares. A lesson that a complete trial contradicts teaches nothing (a batch size can crash a
+kernel that serves at another). A sampled configuration that matches every value of some
+lesson is recorded as skipped, naming the trial it follows and the cause, and Optuna is told
+it is unusable, as for an infeasible sample: no server is started.
 """
 
 from __future__ import annotations
@@ -39,14 +41,7 @@ class Lesson:
     known: bool  # the engine's rules named the cause (else: the failed structural values)
 
     def matches(self, params: dict[str, Any]) -> bool:
-        for name, want in self.values.items():
-            have = params.get(name, DEFAULTS.get(name))
-            if isinstance(want, dict):
-                if have is None or have is True or have is False or have < want["min"]:
-                    return False
-            elif have != want:
-                return False
-        return True
+        return _matches(self.values, params)
 
     def text(self) -> str:
         values = ", ".join(f"{k} >= {v['min']}" if isinstance(v, dict) else f"{k}={v}"
@@ -55,18 +50,43 @@ class Lesson:
 
 
 def lessons(trials: list[TrialRecord], engine: str) -> list[Lesson]:
-    """One lesson per failure with a cause, oldest first."""
-    out = []
-    for t in sorted(trials, key=lambda t: t.number):
-        if t.state != "failed" or t.failure_kind not in TAUGHT_KINDS:
-            continue
+    """What the study's failures with a cause teach, oldest first. A cause the engine's rules
+    know teaches its values where the failed configuration has them; an unknown one, once two
+    configurations failed with the same reason, the structural values they share. A lesson that
+    a complete trial contradicts (it has every value and served) teaches nothing."""
+    ordered = sorted(trials, key=lambda t: t.number)
+    failed = [t for t in ordered if t.state == "failed" and t.failure_kind in TAUGHT_KINDS]
+    served = [t.params for t in ordered if t.state == "complete"]
+    out: list[Lesson] = []
+    for t in failed:
         values = failure_implicates(engine, t.failure_reason)
-        known = values is not None
-        if values is None:
-            values = {k: t.params.get(k, DEFAULTS.get(k)) for k in STRUCTURAL
-                      if k in t.params or k in DEFAULTS}
+        known = values is not None and _matches(values, t.params)
+        if not known:
+            same = [f for f in failed if f.failure_reason == t.failure_reason]
+            if len(same) < 2 or t is not same[1]:
+                continue  # an unknown cause is learned from its second failure, once
+            first = {k: same[0].params.get(k, DEFAULTS.get(k)) for k in STRUCTURAL}
+            values = {k: v for k, v in first.items() if v is not None
+                      and all(f.params.get(k, DEFAULTS.get(k)) == v for f in same)}
+        if any(_matches(values, params) for params in served):
+            continue
         out.append(Lesson(t.number, t.failure_kind, t.failure_reason or "", values, known))
     return out
+
+
+def _matches(values: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether a configuration has every one of these values (a left-out parameter: its
+    default; {"min": N}: N or more)."""
+    if not values:
+        return False
+    for name, want in values.items():
+        have = params.get(name, DEFAULTS.get(name))
+        if isinstance(want, dict):
+            if have is None or isinstance(have, bool) or have < want["min"]:
+                return False
+        elif have != want:
+            return False
+    return True
 
 
 def ruled_out(params: dict[str, Any], taught: list[Lesson]) -> Lesson | None:

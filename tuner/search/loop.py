@@ -105,7 +105,7 @@ def run_study(ctx: StudyContext, n_trials: int,
     started = time.monotonic()
     timeout = ctx.spec.budget.timeout_min
     infeasible_seen: set[str] = set()  # recorded as infeasible, or as skipped (lessons)
-    queued_skips: set[str] = set()  # ruled out by a failure's lesson, queued to be recorded
+    told_lessons: set[int] = set()  # the failed trials whose lesson was said
     idle = 0  # asks in a row that launched nothing
     rng = random.Random(ctx.sampler_seed)
     poll_s = min(ctx.spec.budget.heartbeat_interval_s, OTHER_WORKER_POLL_S)
@@ -133,12 +133,17 @@ def run_study(ctx: StudyContext, n_trials: int,
             used = max(ctx.store.budget_used(ctx.name), len(done) + runner.in_flight)
             taught = (lessons(ctx.store.trials(ctx.name), ctx.adapter.name)
                       if ctx.spec.budget.learn_from_failures else [])
+            for lesson in taught:
+                if lesson.trial not in told_lessons:
+                    told_lessons.add(lesson.trial)
+                    ruled = sum(lesson.matches(c) for k, c in feasible.items() if k not in done)
+                    ctx.say(f"  lesson from trial {lesson.trial}: "
+                            f"{lesson.text().split('): ', 1)[1]} fails alike; {ruled} "
+                            "configuration(s) of the space skipped from now on")
+            # What a failure's lesson rules out is not handed to the sampler; proposed by it, it
+            # is recorded as skipped without a server.
             untried = [c for k, c in feasible.items() if k not in done and k not in running
-                       and k not in infeasible_seen]
-            for c in untried:  # asked next, each is recorded as skipped: no server
-                if config_key(c) not in queued_skips and ruled_out(c, taught) is not None:
-                    queued_skips.add(config_key(c))
-                    study.enqueue_trial(c)
+                       and ruled_out(c, taught) is None]
             if used >= n_trials or not untried:
                 if runner.in_flight:
                     runner.wait_one()
