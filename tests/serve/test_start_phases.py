@@ -36,3 +36,12 @@ def test_a_milestone_the_log_lacks_is_left_out_and_an_unknown_engine_has_none():
     names = [n for n, _ in start_phases("vllm", no_workers, at(25), at(51))]
     assert "workers" not in names and "model load" not in names and names[-1] == "ready"
     assert start_phases("trtllm", LOG, at(25), at(51)) == []
+
+
+def test_a_data_parallel_servers_processes_are_named_by_rank():
+    log = """(MainProcess pid=1) INFO 12-07 14:27:30 [serve.py:127] Defaulting api_server_count
+(EngineCore_DP0 pid=2) INFO 12-07 14:27:36 [core.py:133] Initializing a V1 LLM engine
+(Worker_DP0_EP0 pid=3) INFO 12-07 14:27:44 [parallel_state.py:1] world_size=2
+"""
+    names = [n for n, _ in start_phases("vllm", log, at(25), at(51))]
+    assert names == ["process and imports", "engine core", "workers", "ready"]

@@ -15,9 +15,11 @@ import datetime as dt
 import re
 
 # (phase, the first log line that ends it), in the order a vLLM server starts.
+# The API server is `APIServer`, or `MainProcess` with data parallelism (then `ApiServer_N`
+# and `EngineCore_DPN` per rank).
 VLLM_MILESTONES: list[tuple[str, re.Pattern[str]]] = [
-    ("process and imports", re.compile(r"^\(APIServer pid=\d+\) \w+ \d")),
-    ("engine core", re.compile(r"^\(EngineCore pid=\d+\) \w+ \d")),
+    ("process and imports", re.compile(r"^\((APIServer|MainProcess) pid=\d+\) \w+ \d")),
+    ("engine core", re.compile(r"^\(EngineCore(_\w+)? pid=\d+\) \w+ \d")),
     ("workers", re.compile(r"^\(Worker(_\w+)? pid=\d+\) \w+ \d")),
     ("model load", re.compile(r"Loading weights took")),
     ("KV cache and warm-up", re.compile(r"init engine \(profile, create kv cache")),
