@@ -24,7 +24,8 @@ from tuner.store import Store, StoreError
 from tuner.store.records import LevelMeasurement
 
 TUNER_TABLES = {"tuner_studies", "tuner_trials", "tuner_measurements", "tuner_servers",
-                "tuner_predictions", "tuner_quality_references", "tuner_quality_checks"}
+                "tuner_predictions", "tuner_quality_references", "tuner_quality_checks",
+                "tuner_head_to_heads"}
 HEAD = ScriptDirectory(str(Path(db.__file__).parent / "migrations")).get_current_head()
 STUDY = dict(
     engine="vllm",

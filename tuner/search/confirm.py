@@ -19,7 +19,8 @@ from typing import Any
 from tuner.search import head_to_head
 from tuner.search.context import StudyContext
 from tuner.search.rules import met_sla, objective
-from tuner.search.trial import serve_and_measure, server_for, sweep_for
+from tuner.search.serving import server_for
+from tuner.search.trial import serve_and_measure, sweep_for
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.sla import SLA
 from tuner.spec.space import describe

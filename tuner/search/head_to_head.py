@@ -32,7 +32,7 @@ from tuner.search.context import StudyContext
 from tuner.search.finalists import MIN_PAIRS, Finalist, Verdict, pick, settled, verdicts
 from tuner.search.recovery import this_process
 from tuner.search.rules import objective
-from tuner.search.trial import server_for
+from tuner.search.serving import server_for
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe

@@ -26,6 +26,7 @@ from tuner.measure.quality_compare import (
 from tuner.measure.quality_tasks import accuracy, read_tasks, task_prompts
 from tuner.search.context import StudyContext
 from tuner.search.recovery import OTHER_WORKER_POLL_S, worker_alive, worker_id
+from tuner.search.serving import server_for
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.launcher import LaunchFailure, ServerProcess
 from tuner.spec.errors import BadInput
@@ -117,8 +118,6 @@ def ask(ctx: StudyContext, plan: LaunchPlan) -> tuple[list[Answer], float]:
 def _compute(ctx: StudyContext, me: str) -> None:
     """Serve the reference configuration, ask it, store its answers (the claim is released
     when it fails, so a fixed spec can claim it again)."""
-    from tuner.search.trial import server_for
-
     params = reference_params(ctx)
     what = describe(params) if params else "the engine defaults"
     ctx.say(f"quality: reference answers from {what} ({ctx.spec.quality.prompts} prompts, "

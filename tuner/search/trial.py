@@ -35,7 +35,7 @@ from tuner.search.bridge import (
     tell_retry,
     tell_unusable,
 )
-from tuner.search.context import HOST, StudyContext
+from tuner.search.context import StudyContext
 from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.quality_gate import check as quality_check
 from tuner.search.quality_gate import check_line
@@ -49,10 +49,11 @@ from tuner.search.rules import (
     pareto_values,
     settled,
 )
-from tuner.serve.cpu_layout import plan_layout, thread_held_to
+from tuner.search.serving import server_for
+from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
-from tuner.serve.launcher import LaunchFailure, ServerProcess, free_port
+from tuner.serve.launcher import LaunchFailure, ServerProcess
 from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
@@ -412,27 +413,6 @@ def _retry_pending(ctx: StudyContext, params: dict[str, Any], kind: str | None) 
     failure gets one retry (`rules.settled`)."""
     return kind in TRANSIENT_FAILURES and config_key(params) not in settled(
         ctx.store.trials(ctx.name))
-
-
-def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
-               run_name: str) -> tuple[LaunchPlan, ServerProcess]:
-    """The launch plan of a configuration on its devices, and its (not yet started) server,
-    which logs under runs_dir/run_name."""
-    port = ctx.spec.engine.port or free_port(HOST)
-    workdir = ctx.runs_dir / run_name
-    plan = ctx.adapter.launch_plan(params, ctx.settings, host=HOST, port=port,
-                                   inventory=ctx.inventory, devices=devices,
-                                   workdir=str(workdir.resolve()))
-    if ctx.inventory.kind != "cpu":
-        return plan, ServerProcess(plan, workdir)
-    # On a CPU node the devices are cores: the ranks take the slot's first, the frontend and
-    # the load generator the rest (tuner.serve.cpu_layout); the server is held to them.
-    world = ctx.adapter.world_size(params)
-    layout = plan_layout(devices, world, ctx.inventory.per_rank)
-    if not ctx.adapter.compute_apart(params, ctx.settings):  # compute in the frontend's process
-        layout = plan_layout(layout.compute, world, ctx.inventory.per_rank)
-    plan.extra = {**plan.extra, "cpu_layout": layout.to_dict()}
-    return plan, ServerProcess(plan, workdir, cpus=layout.slot, layout=layout)
 
 
 def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
