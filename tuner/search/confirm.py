@@ -67,8 +67,10 @@ def tolerance(first: LevelMeasurement | None, again: LevelMeasurement, gpus: int
                    "measured, set workload.max_rounds for one)")
 
 
-def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA) -> Confirmation:
-    """Compare a re-run's levels with the trial's first measurement."""
+def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA,
+          advice: str = "raise workload.max_rounds") -> Confirmation:
+    """Compare a re-run's levels with the trial's first measurement (`advice`: what to do where
+    they did not converge)."""
     value, best, meets = objective(levels, sla)
     first = trial.objective
     if value is None or best is None:
@@ -92,7 +94,7 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA) -> Confi
         return Confirmation(trial.number, trial.params, "inconclusive", first, value, True,
                             f"{gap:+,.0f} tok/s/GPU from the first run ({first:,.0f}), within "
                             f"{how}, but the {' and the '.join(unsettled)} did not converge "
-                            "(raise workload.max_rounds)")
+                            f"({advice})")
     return Confirmation(trial.number, trial.params, "confirmed", first, value, True, None)
 
 
@@ -111,8 +113,11 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
     if met is not None:
         done = []
         for trial in chosen:
-            again = met[1][trial.number]
-            done.append(_record(ctx, trial, [again] if again is not None else []))
+            again = [met[1][trial.number]] if met[1][trial.number] is not None else []
+            done.append(_record(ctx, trial, again, judge(
+                trial, again, ctx.spec.sla.to_sla(),
+                advice="the head-to-head stops once its verdict is decided: its ratio, not "
+                       "this figure, ranks the finalists")))
         return done
     if len(chosen) >= 2:
         ctx.say("  the finalists cannot be up together here: each is confirmed in a fresh "
