@@ -21,14 +21,20 @@ DIFFERS = QualityCheck(
     answers=[answer(" a b", [" a", " b"]), answer(" c x", [" c", " x"])], reason="differs")
 
 
-def study(tmp_path) -> dd.StudyData:
+def failed_trial(tmp_path, quality: QualityCheck) -> Store:
+    """A store with study `s` and one trial that failed the gate with `quality`."""
     store = Store.open(f"sqlite:///{tmp_path}/tuner.db")
     store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec=SPEC, space=SPACE,
                        tuner_version="t")
     tid = store.start_trial("s", 0, {"max_batch_size": 4}, worker_host="h", worker_pid=1,
                             hardware=HW, gpus=1)
     store.finish_trial(tid, state="failed", failure_kind="quality", failure_reason="differs",
-                       objective=400.0, meets_sla=True, measurements=[BASE], quality=DIFFERS)
+                       objective=400.0, meets_sla=True, measurements=[BASE], quality=quality)
+    return store
+
+
+def study(tmp_path) -> dd.StudyData:
+    store = failed_trial(tmp_path, DIFFERS)
     store.claim_reference("s", claimant="h 1:1", params={}, settings={})
     store.save_reference("s", claimant="h 1:1", answers=REFERENCE, answer_s=1.0,
                          engine_version="0.32.0")
@@ -71,13 +77,7 @@ TIE_AWARE = QualityCheck(
 
 def test_the_counts_and_the_first_near_tie_and_divergence_are_stored_and_set_side_by_side(
         tmp_path):
-    store = Store.open(f"sqlite:///{tmp_path}/tuner.db")
-    store.ensure_study("s", engine="vllm", model="m", gpu_type="cpu", spec=SPEC, space=SPACE,
-                       tuner_version="t")
-    tid = store.start_trial("s", 0, {"max_batch_size": 4}, worker_host="h", worker_pid=1,
-                            hardware=HW, gpus=1)
-    store.finish_trial(tid, state="failed", failure_kind="quality", failure_reason="differs",
-                       objective=400.0, meets_sla=True, measurements=[BASE], quality=TIE_AWARE)
+    store = failed_trial(tmp_path, TIE_AWARE)
     (trial,) = store.trials("s")
     store.close()
     q = trial.quality

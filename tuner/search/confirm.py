@@ -130,15 +130,14 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
         plan, server = server_for(ctx, trial.params, list(ctx.inventory.devices),
                                   f"trial-{trial.number:04d}-confirm")
         levels: list[LevelMeasurement] = []
+        failed = None
         try:
             serve_and_measure(ctx, server, plan, trial.id, levels,
                               sweep=sweep_for(ctx, trial.params))
         except LaunchFailure as f:
-            verdict = Confirmation(trial.number, trial.params, "failed", trial.objective, None,
-                                   None, f"{f.kind}: {f.reason}")
-            done.append(_record(ctx, trial, levels, verdict))
-            continue
-        done.append(_record(ctx, trial, levels))
+            failed = Confirmation(trial.number, trial.params, "failed", trial.objective, None,
+                                  None, f"{f.kind}: {f.reason}")
+        done.append(_record(ctx, trial, levels, failed))
     return done
 
 

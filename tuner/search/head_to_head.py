@@ -30,9 +30,8 @@ from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import sweep_prompts
 from tuner.search.context import StudyContext
 from tuner.search.finalists import MIN_PAIRS, Finalist, Verdict, pick, settled, verdicts
-from tuner.search.recovery import this_process
 from tuner.search.rules import objective
-from tuner.search.serving import server_for
+from tuner.search.serving import server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe
@@ -113,12 +112,7 @@ def run(ctx: StudyContext, chosen: list[TrialRecord]
                     f"c={f.level.concurrency} (first run {f.trial.objective:,.0f} tok/s/GPU)")
             f.plan, f.server = server_for(ctx, f.trial.params, devices,
                                           f"trial-{f.trial.number:04d}-h2h")
-            f.server.start()
-            owner_pid, owner_created = this_process()
-            ctx.store.record_server(f.trial.id, host=ctx.inventory.host, pid=f.server.pid,
-                                    pgid=f.server.pid, create_time=f.server.create_time or 0.0,
-                                    log_path=str(f.server.log_path), owner_pid=owner_pid,
-                                    owner_create_time=owner_created)
+            start_recorded(ctx, f.server, f.trial.id)
             ready = f.server.wait_ready(ctx.spec.engine.ready_timeout_s,
                                         tick=lambda _: _stopping(ctx))
             ctx.say(f"    server ready in {ready:.1f} s"

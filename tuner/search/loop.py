@@ -112,9 +112,9 @@ def run_study(ctx: StudyContext, n_trials: int,
 
     def record(key: str, result: TrialResult) -> None:
         results.append(result)
-        settled = _finished_configs(ctx)  # a first transient failure leaves its key open
-        if key in settled:
-            done[key] = settled[key]
+        finished = _finished_configs(ctx)  # a first transient failure leaves its key open
+        if key in finished:
+            done[key] = finished[key]
         if result.state == "complete":
             verdict = "meets SLA" if result.meets_sla else "misses SLA"
             ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")
@@ -127,11 +127,12 @@ def run_study(ctx: StudyContext, n_trials: int,
                 record(key, result)
             reap_stale(ctx, study)
             # Fresh from the store: other workers finish and start trials too.
-            done.update(_finished_configs(ctx))
+            trials = ctx.store.trials(ctx.name)
+            done.update(settled(trials))
             elsewhere = {config_key(t.params) for t in ctx.store.running_trials(ctx.name)}
             running = runner.keys | elsewhere
             used = max(ctx.store.budget_used(ctx.name), len(done) + runner.in_flight)
-            taught = (lessons(ctx.store.trials(ctx.name), ctx.adapter.name)
+            taught = (lessons(trials, ctx.adapter.name)
                       if ctx.spec.budget.learn_from_failures else [])
             for lesson in taught:
                 if lesson.trial not in told_lessons:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.search.context import HOST, StudyContext
+from tuner.search.recovery import this_process
 from tuner.serve.cpu_layout import plan_layout
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.launcher import ServerProcess, free_port
@@ -31,3 +32,14 @@ def server_for(ctx: StudyContext, params: dict[str, Any], devices: list[int],
         layout = plan_layout(layout.compute, world, ctx.inventory.per_rank)
     plan.extra = {**plan.extra, "cpu_layout": layout.to_dict()}
     return plan, ServerProcess(plan, workdir, cpus=layout.slot, layout=layout)
+
+
+def start_recorded(ctx: StudyContext, server: ServerProcess, trial_id: int) -> None:
+    """Start the server and record it with the tuner process that owns it (a confirmation's or
+    head-to-head's server is its own process's), so a later run reaps it if that process dies."""
+    server.start()
+    owner_pid, owner_created = this_process()
+    ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid, pgid=server.pid,
+                            create_time=server.create_time or 0.0,
+                            log_path=str(server.log_path), owner_pid=owner_pid,
+                            owner_create_time=owner_created)

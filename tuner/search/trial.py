@@ -39,7 +39,7 @@ from tuner.search.context import StudyContext
 from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.quality_gate import check as quality_check
 from tuner.search.quality_gate import check_line
-from tuner.search.recovery import this_process, worker_id
+from tuner.search.recovery import worker_id
 from tuner.search.rules import (
     config_key,
     incumbent_floor,
@@ -49,7 +49,7 @@ from tuner.search.rules import (
     pareto_values,
     settled,
 )
-from tuner.search.serving import server_for
+from tuner.search.serving import server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
@@ -429,12 +429,7 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
     t0 = time.monotonic()
     deadline = t0 + ctx.spec.budget.trial_timeout_s
     try:
-        server.start()
-        owner_pid, owner_created = this_process()  # a confirmation's server is its own process's
-        ctx.store.record_server(trial_id, host=ctx.inventory.host, pid=server.pid,
-                                pgid=server.pid, create_time=server.create_time or 0.0,
-                                log_path=str(server.log_path), owner_pid=owner_pid,
-                                owner_create_time=owner_created)
+        start_recorded(ctx, server, trial_id)
         ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
