@@ -253,3 +253,44 @@ def test_a_level_cut_by_the_trials_time_limit_keeps_its_rounds_and_its_interval(
     assert convergence_note(level, 0.0001, 1000).startswith(
         f"not converged: stopped after {level.rounds} of 1000 rounds (cut short")
     ctx.store.close()
+
+
+def test_no_trial_starts_that_would_not_end_with_the_head_to_head_in_the_time_limit(
+        tmp_path: Path, monkeypatch):
+    import types
+
+    import yaml
+
+    from tuner.search.time_plan import Costs
+
+    spec_path = small_spec(tmp_path)
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["budget"].update(n_trials=6, timeout_min=10)
+    write_yaml(spec_path, spec)
+    said: list[str] = []
+    ctx = _context(spec_path, said)
+    launched: list[dict] = []
+    clock = [0.0]
+    run = scripted(launched)
+
+    def trial_of_100_s(*args, **kwargs):
+        clock[0] += 100.0
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "run_trial", trial_of_100_s)
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    # What this machine charged, learnt from the trials run so far: a head-to-head of 3 is
+    # 3 x (50 s start + 5 s warm-up) + 6 pairs x 3 rounds x 5 s = 255 s.
+    monkeypatch.setattr(loop, "costs", lambda trials: Costs(trial_s=100.0, measure_s=50.0,
+                                                             round_s=5.0) if trials else None)
+
+    loop.run_study(ctx, n_trials=6, finalists=3)
+
+    # After trial 1 (100 s): 500 s left, 255 s reserved, 2 more fit; after trial 3: 45 s left.
+    assert len(launched) == 3
+    plans = [line for line in said if line.startswith("plan:")]
+    assert plans == ["plan: a trial takes ~100 s here (start, stop and quality gate ~50 s, "
+                     "rounds ~5.0 s): 3 trials and a head-to-head of 3 (~255 s) fit in 10 min"]
+    assert said[-1] == ("budget.timeout_min (10 min): no new trial started, the rest of the "
+                        "time is the head-to-head's")
+    ctx.store.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -63,9 +64,14 @@ def run(
         from tuner.plan.planner import warm_start as model_warm_start
 
         warm = model_warm_start(ctx, warm_start, store=ctx.store, study_name=ctx.name)
-    run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm)
-    if spec.budget.confirm_top_k and not no_confirm:
-        _confirm(ctx, spec.budget.confirm_top_k, again=False)
+    # The study's time limit covers its trials and the head-to-head after them.
+    limit = spec.budget.timeout_min
+    ends = time.monotonic() + limit * 60 if limit else None
+    finalists = 0 if no_confirm else spec.budget.confirm_top_k
+    run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm, ends=ends,
+              finalists=finalists)
+    if finalists:
+        _confirm(ctx, finalists, again=False, ends=ends)
     _finish(ctx, export_dir)
 
 
@@ -101,7 +107,7 @@ def confirm(
     _finish(ctx, export_dir)
 
 
-def _confirm(ctx, k: int, *, again: bool) -> None:
+def _confirm(ctx, k: int, *, again: bool, ends: float | None = None) -> None:
     from tuner.search.bridge import load_or_create_study
     from tuner.search.confirm import confirm_top
     from tuner.search.loop import stop_signals_as_interrupt
@@ -109,7 +115,7 @@ def _confirm(ctx, k: int, *, again: bool) -> None:
 
     with stop_signals_as_interrupt(ctx.stop):
         recover(ctx, load_or_create_study(ctx))
-        confirm_top(ctx, k, again=again)
+        confirm_top(ctx, k, again=again, ends=ends)
 
 
 def _finish(ctx, export_dir: Path | None) -> None:

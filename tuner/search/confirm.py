@@ -98,18 +98,18 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA,
     return Confirmation(trial.number, trial.params, "confirmed", first, value, True, None)
 
 
-def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *,
-                again: bool = False) -> list[Confirmation]:
+def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *, again: bool = False,
+                ends: float | None = None) -> list[Confirmation]:
     """Re-run the top k trials of the study in `ctx` (a `StudyContext`): head to head where
     there are two or more and their servers can be up together (`tuner.search.head_to_head`,
-    which stores each one's confirmation too), else one fresh server each, one after another
-    on the node's devices; each verdict is stored."""
+    which stores each one's confirmation too, within the study's time limit `ends`), else one
+    fresh server each, one after another on the node's devices; each verdict is stored."""
     chosen = candidates(ctx.store.trials(ctx.name), k, again=again)
     if not chosen:
         ctx.say("confirmation: no unconfirmed trial among the top "
                 f"{k} that met the SLA")
         return []
-    met = head_to_head.run(ctx, chosen) if len(chosen) >= 2 else None
+    met = head_to_head.run(ctx, chosen, ends) if len(chosen) >= 2 else None
     if met is not None:
         done = []
         for trial in chosen:

@@ -22,6 +22,7 @@ against its first run), and every round is stored with its time.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,12 @@ def _confirmation(ctx: StudyContext, f: Finalist) -> LevelMeasurement | None:
                            ci_target=ctx.spec.workload.ci_target)
 
 
-def run(ctx: StudyContext, chosen: list[TrialRecord]
+def run(ctx: StudyContext, chosen: list[TrialRecord], ends: float | None = None
         ) -> tuple[HeadToHead, dict[int, LevelMeasurement | None]] | None:
     """The head-to-head of `chosen` (the leader first), stored; with each finalist's rounds as
     one level (its confirmation, None where it measured none). None where their servers cannot
-    be up together (nothing was started) or one failed."""
+    be up together (nothing was started) or one failed. Past its fewest pairs, no pair starts
+    that would end after `ends` (a `time.monotonic()`, the study's time limit)."""
     sla = ctx.spec.sla.to_sla()
     where = placements(ctx, chosen)
     if where is None or len(chosen) < 2:
@@ -122,7 +124,12 @@ def run(ctx: StudyContext, chosen: list[TrialRecord]
             _round(ctx, f, prompts, offset, w.warmup_requests)
             offset += w.warmup_requests
         found: list[Verdict] = []
+        pair_s = 0.0  # the last pair's time: what one more costs
         for pair in range(max_pairs):
+            if pair >= MIN_PAIRS and ends is not None and time.monotonic() + pair_s > ends:
+                ctx.say(f"  head-to-head cut at {pair} pairs of rounds by budget.timeout_min")
+                break
+            began = time.monotonic()
             order = finalists if pair % 2 == 0 else list(reversed(finalists))
             for f in order:
                 at = dt.datetime.now(dt.timezone.utc)
@@ -135,6 +142,7 @@ def run(ctx: StudyContext, chosen: list[TrialRecord]
                 if not f.server.alive():
                     raise f.server.failure()
             found = verdicts(finalists[0], finalists[1:])
+            pair_s = time.monotonic() - began
             _stopping(ctx)
             if pair + 1 >= MIN_PAIRS and settled(found, w.ci_target):
                 break

@@ -28,6 +28,8 @@ from tuner.search.lessons import lessons, ruled_out
 from tuner.search.quality_gate import ensure_reference
 from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
 from tuner.search.rules import config_key, settled
+from tuner.search.startup import spread_choice
+from tuner.search.time_plan import costs, plan
 from tuner.search.trial import TrialResult, run_trial
 from tuner.serve.slots import DevicePool
 from tuner.spec.space import (
@@ -81,11 +83,15 @@ def stop_signals_as_interrupt(stop: threading.Event):
             signal.signal(sig, previous)
 
 
-def run_study(ctx: StudyContext, n_trials: int,
-              warm_start: WarmStart | None = None) -> list[TrialResult]:
+def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = None, *,
+              ends: float | None = None, finalists: int = 0) -> list[TrialResult]:
     """Run the study until `n_trials` count toward its budget. Several processes (`tuner
     worker`, on several nodes) may run one study at once: the budget is claimed atomically in
-    the store, and each worker skips what another has finished or is running."""
+    the store, and each worker skips what another has finished or is running.
+
+    With a time limit (`ends`, a `time.monotonic()`; else `budget.timeout_min` from now), no
+    trial starts that the plan (`tuner.search.time_plan`) says would not end, with a
+    head-to-head of `finalists` after it, in time."""
     study = load_or_create_study(ctx)
     ctx.budget = n_trials
     recover(ctx, study)
@@ -102,8 +108,11 @@ def run_study(ctx: StudyContext, n_trials: int,
             f"{ctx.store.budget_used(ctx.name) - running} of {n_trials} trials done{elsewhere}; "
             f"storage {mask_url(ctx.storage_url)}")
     results: list[TrialResult] = []
-    started = time.monotonic()
     timeout = ctx.spec.budget.timeout_min
+    if ends is None and timeout:
+        ends = time.monotonic() + timeout * 60
+    launched: set[int] = set()  # the trials this run started: what they cost plans the rest
+    planned = None  # how many trials the plan last said fit
     infeasible_seen: set[str] = set()  # recorded as infeasible, or as skipped (lessons)
     told_lessons: set[int] = set()  # the failed trials whose lesson was said
     idle = 0  # asks in a row that launched nothing
@@ -156,14 +165,31 @@ def run_study(ctx: StudyContext, n_trials: int,
                 if used < n_trials:
                     ctx.say("every feasible configuration of the space has been tried")
                 break
-            if timeout and time.monotonic() - started > timeout * 60:
-                ctx.say(f"budget.timeout_min ({timeout:g} min) reached: no new trial started")
-                runner.wait_all()
-                for key, result in runner.collect():
-                    record(key, result)
-                break
-            if idle >= MAX_IDLE_ASKS or _starting(ctx, study, used):
-                # Startup, or a sampler that keeps proposing what is known: hand it an untried
+            if ends is not None:
+                cost = costs([t for t in trials if t.number in launched])
+                fits = (None if cost is None else
+                        plan(cost, ends - time.monotonic(), finalists, timeout or 0,
+                             n_trials - used))
+                if fits is not None and used + fits.more != planned:
+                    planned = used + fits.more
+                    ctx.say(fits.line(used))
+                if (fits.more == 0) if fits is not None else time.monotonic() > ends:
+                    ctx.say(f"budget.timeout_min ({timeout or 0:g} min): no new trial started, "
+                            + ("the rest of the time is the head-to-head's" if finalists >= 2
+                               and fits is not None else "the time is up"))
+                    runner.wait_all()
+                    for key, result in runner.collect():
+                        record(key, result)
+                    break
+            if _starting(ctx, study, used):
+                # Startup: spread over the parameters' values, whatever the figures so far.
+                measured = [t.params for t in trials if t.state in ("complete", "pruned")]
+                study.enqueue_trial(spread_choice(
+                    untried, measured + [t.params for t in ctx.store.running_trials(ctx.name)],
+                    rng))
+                idle = 0
+            elif idle >= MAX_IDLE_ASKS:
+                # A sampler that keeps proposing what is known: hand it an untried
                 # configuration that can launch.
                 study.enqueue_trial(rng.choice(untried))
                 idle = 0
@@ -202,6 +228,7 @@ def run_study(ctx: StudyContext, n_trials: int,
                 study._storage.get_trial(trial._trial_id))
             again = f", retry of trial {retry}" if retry is not None else ""
             ctx.say(f"trial {trial.number}  {describe(params)}  ({used + 1}/{n_trials}{again})")
+            launched.add(trial.number)
             runner.submit(trial, params, key)
         for key, result in runner.collect():
             record(key, result)

@@ -340,7 +340,10 @@ class SamplerSpec(_Strict):
 
 class BudgetSpec(_Strict):
     n_trials: int = Field(gt=0, description="Trials that launch a server, for the whole study.")
-    timeout_min: float | None = Field(None, gt=0, description="Start no trial after this long.")
+    timeout_min: float | None = Field(
+        None, gt=0, description="The study's time: no trial starts that would not end, with "
+        "the head-to-head of `confirm_top_k` after it, within this many minutes (planned from "
+        "what this run's trials cost).")
     trial_timeout_s: float = Field(600, gt=0, description="Ready wait plus the whole sweep.")
     parallel_trials: int = Field(
         1, ge=1, description="Trials run at the same time, each on its own devices (e.g. two "
