@@ -280,17 +280,17 @@ def test_no_trial_starts_that_would_not_end_with_the_head_to_head_in_the_time_li
     monkeypatch.setattr(loop, "run_trial", trial_of_100_s)
     monkeypatch.setattr(loop, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     # What this machine charged, learnt from the trials run so far: a head-to-head of 3 is
-    # 3 x (50 s start + 5 s warm-up) + 6 pairs x 3 rounds x 5 s = 255 s.
+    # 3 x (50 s start + 5 s warm-up) + 3 pairs x 3 rounds x 5 s = 210 s.
     monkeypatch.setattr(loop, "costs", lambda trials: Costs(trial_s=100.0, measure_s=50.0,
                                                              round_s=5.0) if trials else None)
 
     loop.run_study(ctx, n_trials=6, finalists=3)
 
-    # After trial 1 (100 s): 500 s left, 255 s reserved, 2 more fit; after trial 3: 45 s left.
+    # After trial 1 (100 s): 500 s left, 210 s reserved, 2 more fit; after trial 3: 90 s left.
     assert len(launched) == 3
     plans = [line for line in said if line.startswith("plan:")]
     assert plans == ["plan: a trial takes ~100 s here (start, stop and quality gate ~50 s, "
-                     "rounds ~5.0 s): 3 trials and a head-to-head of 3 (~255 s) fit in 10 min"]
+                     "rounds ~5.0 s): 3 trials and a head-to-head of 3 (~210 s) fit in 10 min"]
     assert said[-1] == ("budget.timeout_min (10 min): no new trial started, the rest of the "
                         "time is the head-to-head's")
     ctx.store.close()

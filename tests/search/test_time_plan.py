@@ -34,13 +34,13 @@ def test_costs_are_the_medians_of_the_trials_that_measured():
 
 def test_the_head_to_head_is_reserved_and_the_rest_is_trials():
     c = Costs(trial_s=80, measure_s=30, round_s=3)
-    # 3 finalists: 3 starts and warm-up rounds (3 x 53 s), 6 pairs of 3 rounds (54 s).
-    assert head_to_head_s(c, 3) == 3 * 53 + 6 * 3 * 3
+    # 3 finalists: 3 starts and warm-up rounds (3 x 53 s), 3 pairs of 3 rounds (27 s).
+    assert head_to_head_s(c, 3) == 3 * 53 + 3 * 3 * 3
     assert head_to_head_s(c, 1) == 0
     p = plan(c, left_s=600, finalists=3, limit_min=10, wanted=6)
-    assert p.more == (600 - 213) // 80 == 4
+    assert p.more == (600 - 186) // 80 == 5
     assert p.line(2) == ("plan: a trial takes ~80 s here (start, stop and quality gate ~50 s, "
-                         "rounds ~3.0 s): 6 trials and a head-to-head of 3 (~213 s) fit in "
+                         "rounds ~3.0 s): 7 trials and a head-to-head of 3 (~186 s) fit in "
                          "10 min")
     assert plan(c, left_s=6000, finalists=3, limit_min=100, wanted=6).more == 6
     assert plan(c, left_s=100, finalists=3, limit_min=10, wanted=6).more == 0

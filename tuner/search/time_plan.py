@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from tuner.search.finalists import MIN_PAIRS
 from tuner.store import TrialRecord
 
-# The head-to-head is planned at twice its fewest pairs: it stops once decided, often at the
-# fewest, and is cut at the limit after them where it is not.
-PLANNED_PAIRS = 2 * MIN_PAIRS
+# The head-to-head is planned at its fewest pairs: it stops once decided, often there, and
+# past them it runs only while the time limit allows.
+PLANNED_PAIRS = MIN_PAIRS
 
 
 @dataclass(frozen=True)
