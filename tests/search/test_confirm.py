@@ -67,7 +67,7 @@ def test_a_rerun_outside_the_interval_says_it_differs_and_by_how_much(store):
     trial.measurements = _levels(500.0, ci=30.0)
     verdict = judge(trial, _levels(420.0, ci=40.0), SLA_)
     assert verdict.state == "differs"
-    assert "-80 tok/s/GPU from the first run (500)" in verdict.reason
+    assert "-80 tok/s/GPU (-16%) from the first run (500)" in verdict.reason
     assert "±50 tok/s/GPU (95% intervals of both runs)" in verdict.reason
 
 

@@ -159,4 +159,22 @@ def test_the_incumbent_is_the_lower_end_of_the_best_sla_meeting_trial_until_one_
     trials = [_trial(0, 900.0, meets=False), _trial(1, 500.0, ci=50.0), _trial(2, 480.0)]
     assert rules.incumbent_floor(trials, sla) == 480.0  # 500 ± 50 is not clearly above 480
     trials.append(_trial(3, 450.0, ci=20.0, confirmed=470.0))
-    assert rules.incumbent_floor(trials, sla) == 470.0  # a confirmed figure outranks first runs
+    # A confirmed figure outranks first runs; the two servers of trial 3 measured 450 and 470,
+    # a spread the floor now carries: 470 less t(1) x 3.07% x 470.
+    spread = 20 / 2 ** 0.5 / 460
+    assert rules.server_spread_of(trials) == pytest.approx((spread, 1))
+    assert rules.incumbent_floor(trials, sla) == pytest.approx(470 - 12.706 * spread * 470,
+                                                               rel=1e-4)
+
+
+def test_the_server_to_server_spread_pools_the_configurations_measured_in_two_servers():
+    trials = [_trial(0, 1000.0, confirmed=900.0), _trial(1, 500.0, confirmed=500.0),
+              _trial(2, 800.0)]
+    spread, pairs = rules.server_spread_of(trials)
+    assert pairs == 2
+    assert spread == pytest.approx(((100 ** 2 / (2 * 950 ** 2)) / 2) ** 0.5)
+    line = rules.server_spread_line(trials, trials[0])
+    assert line.startswith("server to server: a figure strays 5.3% (sd/mean) from its "
+                           "configuration's between servers here (2 configuration(s) measured "
+                           "in two servers), so trial 0's 900 tok/s/GPU is ±")
+    assert rules.server_spread_line(trials[2:], trials[2]) is None

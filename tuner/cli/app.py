@@ -84,7 +84,7 @@ def _print_trials(trials, study=None) -> None:
 
 def _print_best(study, best, trials) -> None:
     from tuner.report.tables import objective_usd_per_mtok, quality_text, trial_measurements_frame
-    from tuner.search.rules import is_confirmed, met_sla
+    from tuner.search.rules import is_confirmed, met_sla, server_spread_line
     from tuner.spec.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
@@ -112,6 +112,9 @@ def _print_best(study, best, trials) -> None:
 
         for line in summary_lines(study.head_to_head):
             out.print(f"  {line}")
+    spread = server_spread_line(trials, best)
+    if spread:
+        out.print(f"  {spread}")
     higher = [t.number for t in trials if met_sla(t)
               and t.confirm_state is None and (t.objective or 0) > (best.confirm_objective or 0)]
     if is_confirmed(best) and higher:

@@ -79,3 +79,20 @@ def paired_ratio(base: Sequence[float], other: Sequence[float], confidence: floa
     if half is None:
         return math.exp(mean), None, None
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def server_spread(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """How far one server's figure strays from its configuration's (sd / mean), pooled over
+    configurations each measured in two servers (a, b): sqrt(mean((a - b)^2 / (2 m^2))), m the
+    pair's mean. A shared machine drifts between minutes, so this is the spread a figure
+    carries when compared with one taken in another server. None without a pair."""
+    terms = [(a - b) ** 2 / (2 * ((a + b) / 2) ** 2) for a, b in pairs if a + b > 0]
+    return math.sqrt(math.fsum(terms) / len(terms)) if terms else None
+
+
+def with_server_spread(value: float, half: float | None, spread: float, pairs: int,
+                       confidence: float = CONFIDENCE) -> float:
+    """The half-width of a one-server figure's interval once the server-to-server `spread`
+    (estimated from `pairs` pairs: Student's t with that many degrees of freedom) is added to
+    its own rounds' `half` in quadrature."""
+    return math.hypot(half or 0.0, t_quantile(pairs, confidence) * spread * value)

@@ -85,8 +85,9 @@ def judge(trial: TrialRecord, levels: list[LevelMeasurement], sla: SLA,
     gap = value - first
     if abs(gap) > width:
         return Confirmation(trial.number, trial.params, "differs", first, value, True,
-                            f"{gap:+,.0f} tok/s/GPU from the first run ({first:,.0f}), "
-                            f"outside {how}")
+                            f"{gap:+,.0f} tok/s/GPU ({gap / first:+.0%}) from the first run "
+                            f"({first:,.0f}), outside {how}: the servers differ, which the "
+                            "study's server-to-server spread counts")
     unsettled = [name for name, m in (("first run", first_best), ("confirmation", best))
                  if m is None or m.converged is not True]
     if unsettled:

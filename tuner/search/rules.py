@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from tuner.measure.metrics import sla_violations, violation_score
+from tuner.measure.stats import server_spread, with_server_spread
 from tuner.spec.errors import NoResult
 from tuner.spec.sla import SLA
 from tuner.spec.study_spec import SLASpec
@@ -99,15 +100,53 @@ def interval(level: LevelMeasurement) -> tuple[float, float]:
     return value - half, value + half
 
 
+def server_spread_of(trials: Iterable[TrialRecord]) -> tuple[float, int] | None:
+    """The study's server-to-server spread (`tuner.measure.stats.server_spread`) from its
+    trials measured in two servers (first run and confirmation), with how many there are; None
+    before any."""
+    pairs = [(t.objective, t.confirm_objective) for t in trials
+             if t.objective and t.confirm_objective
+             and t.confirm_state in ("confirmed", "inconclusive", "differs")]
+    spread = server_spread(pairs)
+    return None if spread is None else (spread, len(pairs))
+
+
+def server_spread_line(trials: Iterable[TrialRecord], best: TrialRecord) -> str | None:
+    """The study's server-to-server spread in one line, with `best`'s figure as seen from
+    another server (its confirmation's where it has one); None before any trial was measured
+    in two servers."""
+    trials = list(trials)
+    spread = server_spread_of(trials)
+    if spread is None or best.objective is None:
+        return None
+    levels = best.confirmation if best.confirm_objective is not None else best.measurements
+    value = best.confirm_objective if best.confirm_objective is not None else best.objective
+    level = next((m for m in levels if m.output_tok_s_per_gpu == value), None)
+    low, high = interval(level) if level is not None else (value, value)
+    half = with_server_spread(value, (high - low) / 2, *spread)
+    return (f"server to server: a figure strays {spread[0]:.1%} (sd/mean) from its "
+            f"configuration's between servers here ({spread[1]} configuration(s) measured in "
+            f"two servers), so trial {best.number}'s {value:,.0f} tok/s/GPU is ±{half:,.0f} "
+            "(95%) against a figure from another server; pruning against it uses that")
+
+
 def incumbent_floor(trials: Iterable[TrialRecord], sla: SLA) -> float | None:
     """The figure a trial must be able to beat to stay in the race: the best confirmed
     objective (as `winner` ranks); before any confirmation, the lower end of the 95% interval
     of the best SLA-meeting trial's objective level. None while no trial met the SLA. A trial
-    whose interval lies entirely under it is clearly slower, and is pruned."""
+    whose interval lies entirely under it is clearly slower, and is pruned.
+
+    A figure taken in another server carries the study's server-to-server spread once one is
+    known (its confirmations measured it): the floor is then the lower end of the incumbent's
+    interval widened by it."""
     trials = list(trials)
-    confirmed = [t.confirm_objective for t in trials if is_confirmed(t)]
+    spread = server_spread_of(trials)
+    confirmed = [t for t in trials if is_confirmed(t)]
     if confirmed:
-        return max(confirmed)
+        if spread is None:
+            return max(t.confirm_objective for t in confirmed)
+        return max(t.confirm_objective - with_server_spread(t.confirm_objective, None, *spread)
+                   for t in confirmed)
     floors = []
     for t in trials:
         if met_sla(t):
