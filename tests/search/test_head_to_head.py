@@ -168,3 +168,42 @@ def test_the_trial_page_draws_the_head_to_heads_rounds_in_time_order(tmp_path):
     assert dd.head_to_head_frame(study, trials[2]) is None  # not a finalist
     assert dd.head_to_head_lines(study)[1] == ("  trial 1 / trial 0: 0.970 [95% 0.950-0.990] "
                                                "over 2 pairs of rounds: behind")
+
+
+def test_finalists_that_cannot_be_up_together_meet_in_fresh_servers_in_a_mirrored_order(
+        tmp_path, monkeypatch):
+    from tuner.search import head_to_head
+
+    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.004},
+                 "rules": [{"match": {"max-num-seqs": 4}, "ttft_s": 0.006, "itl_s": 0.0025}]}
+    d = study_dir(tmp_path, landscape)
+    spec_path = d / "study.yaml"
+    import yaml
+
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["budget"]["confirm_top_k"] = 2
+    spec["workload"].update(max_rounds=4, ci_target=0.05)
+    spec["quality"] = {"enabled": False}
+    spec_path.write_text(yaml.safe_dump(spec))
+    # As on a GPU node too small for both finalists at once.
+    monkeypatch.setattr(head_to_head, "placements", lambda ctx, trials: None)
+    run = call_tuner("run", "study.yaml", cwd=d)
+    assert run.code == 0, run.stdout[-3000:] + run.stderr
+    assert "head-to-head: 2 finalists cannot be up together here: a fresh server each, in turn " \
+        "(A B B A), 3 rounds each at its best load" in run.stdout
+    with Store.open(f"sqlite:///{d / 'tuner.db'}", create=False) as store:
+        study = store.get_study("test-study")
+        trials = {t.params["max_batch_size"]: t for t in store.trials("test-study")}
+    h = study.head_to_head
+    fast, slow = trials[4], trials[16]
+    assert h.leader == fast.number and not h.together
+    (ratio,) = h.ratios
+    assert ratio["trial"] == slow.number and ratio["pairs"] == 2 and ratio["unit"] == "servers"
+    # Four servers, three rounds each, in the order A B B A.
+    assert [r["trial"] for r in h.rounds] == \
+        [fast.number] * 3 + [slow.number] * 6 + [fast.number] * 3
+    assert [r["pair"] for r in h.rounds] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    assert "over 2 pairs of servers" in run.stdout
+    for t in (fast, slow):
+        (again,) = t.confirmation
+        assert again.rounds == 6  # both its servers' rounds: its confirmation

@@ -289,7 +289,7 @@ def test_no_trial_starts_that_would_not_end_with_the_head_to_head_in_the_time_li
     # After trial 1 (100 s): 500 s left, 210 s reserved, 2 more fit; after trial 3: 90 s left.
     assert len(launched) == 3
     plans = [line for line in said if line.startswith("plan:")]
-    assert plans == ["plan: a trial takes ~100 s here (start, stop and quality gate ~50 s, "
+    assert plans == ["plan: a trial takes ~100 s here (start, stop and the rest ~50 s, "
                      "rounds ~5.0 s): 3 trials and a head-to-head of 3 (~210 s) fit in 10 min"]
     assert said[-1] == ("budget.timeout_min (10 min): no new trial started, the rest of the "
                         "time is the head-to-head's")

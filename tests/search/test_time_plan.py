@@ -39,7 +39,7 @@ def test_the_head_to_head_is_reserved_and_the_rest_is_trials():
     assert head_to_head_s(c, 1) == 0
     p = plan(c, left_s=600, finalists=3, limit_min=10, wanted=6)
     assert p.more == (600 - 186) // 80 == 5
-    assert p.line(2) == ("plan: a trial takes ~80 s here (start, stop and quality gate ~50 s, "
+    assert p.line(2) == ("plan: a trial takes ~80 s here (start, stop and the rest ~50 s, "
                          "rounds ~3.0 s): 7 trials and a head-to-head of 3 (~186 s) fit in "
                          "10 min")
     assert plan(c, left_s=6000, finalists=3, limit_min=100, wanted=6).more == 6

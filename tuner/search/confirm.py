@@ -110,7 +110,11 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *, again: bool = Fals
         ctx.say("confirmation: no unconfirmed trial among the top "
                 f"{k} that met the SLA")
         return []
-    met = head_to_head.run(ctx, chosen, ends) if len(chosen) >= 2 else None
+    met = None
+    if len(chosen) >= 2:
+        met = (head_to_head.run(ctx, chosen, ends)
+               if head_to_head.placements(ctx, chosen) is not None
+               else head_to_head.run_in_turn(ctx, chosen))
     if met is not None:
         done = []
         for trial in chosen:
@@ -120,9 +124,6 @@ def confirm_top(ctx: StudyContext, k: int = DEFAULT_TOP_K, *, again: bool = Fals
                 advice="the head-to-head stops once its verdict is decided: its ratio, not "
                        "this figure, ranks the finalists")))
         return done
-    if len(chosen) >= 2:
-        ctx.say("  the finalists cannot be up together here: each is confirmed in a fresh "
-                "server, one after another (no head-to-head)")
     ctx.say(f"confirmation: re-running the top {len(chosen)} in a fresh server each")
     done = []
     for trial in chosen:

@@ -38,6 +38,7 @@ class Verdict:
     low: float | None
     high: float | None
     pairs: int
+    unit: str = "rounds"  # what is paired: rounds side by side, or servers in turn
 
     @property
     def call(self) -> str:
@@ -52,7 +53,7 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         return {"trial": self.trial, "ratio": self.ratio, "low": self.low, "high": self.high,
-                "pairs": self.pairs, "verdict": self.call}
+                "pairs": self.pairs, "unit": self.unit, "verdict": self.call}
 
 
 def ratio_line(v: dict[str, Any], leader: int) -> str:
@@ -60,13 +61,13 @@ def ratio_line(v: dict[str, Any], leader: int) -> str:
     stored: trial, ratio, low, high, pairs, verdict)."""
     span = "" if v["low"] is None else f" [95% {v['low']:.3f}-{v['high']:.3f}]"
     return (f"trial {v['trial']} / trial {leader}: {v['ratio']:.3f}{span} over {v['pairs']} "
-            f"pairs of rounds: {v['verdict']}")
+            f"pairs of {v.get('unit', 'rounds')}: {v['verdict']}")
 
 
 def summary_lines(h: HeadToHead) -> list[str]:
     """A stored head-to-head in lines: how it ran, each challenger's verdict, the pick."""
     how = ("servers up together, rounds alternating" if h.together
-           else "servers one after another")
+           else "fresh servers in turn, mirrored")
     return ([f"head-to-head of {len(h.ratios) + 1} finalists ({how}): pick trial {h.pick} "
              f"({h.reason})"] + [f"  {ratio_line(v, h.leader)}" for v in h.ratios])
 

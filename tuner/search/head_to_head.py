@@ -12,8 +12,8 @@ devices, then the one with the lower TTFT p90 over the head-to-head, and says wh
 
 On a CPU node the finalists' servers share the node (each in its trial's layout; only the one
 being measured is loaded). On a GPU node they run together where their devices fit side by side;
-where they do not, the finalists are confirmed one after another in fresh servers instead
-(`tuner.search.confirm`), and the study says so.
+where they do not, each gets a fresh server in turn, in a mirrored order (A B, B A) so that a
+linear drift cancels (`run_in_turn`), and the pair of servers is the unit of its interval.
 
 Each finalist's rounds are also its confirmation (its figure measured again, in a fresh server,
 against its first run), and every round is stored with its time.
@@ -29,6 +29,7 @@ from typing import Any
 from tuner.measure.loadgen import LevelRun, Repeats, RoundRun, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import sweep_prompts
+from tuner.measure.stats import paired_ratio
 from tuner.search.context import StudyContext
 from tuner.search.finalists import MIN_PAIRS, Finalist, Verdict, pick, settled, verdicts
 from tuner.search.rules import objective
@@ -154,11 +155,79 @@ def run(ctx: StudyContext, chosen: list[TrialRecord], ends: float | None = None
             if f.server is not None and f.server.proc is not None:
                 f.server.stop()
                 ctx.store.mark_server_stopped(f.trial.id)
+    return _decided(ctx, finalists, found, rounds_out, together=True)
+
+
+def _decided(ctx: StudyContext, finalists: list[Finalist], found: list[Verdict],
+             rounds_out: list[dict[str, Any]], *, together: bool
+             ) -> tuple[HeadToHead, dict[int, LevelMeasurement | None]]:
+    """The pick from the verdicts, said and stored, with each finalist's confirmation."""
     chosen_one, why = pick(finalists[0], finalists[1:], found)
     for v in found:
         ctx.say(f"  {v.line(finalists[0].trial.number)}")
     ctx.say(f"  -> pick: trial {chosen_one.trial.number} ({why})")
     h = HeadToHead(leader=finalists[0].trial.number, pick=chosen_one.trial.number, reason=why,
-                   together=True, ratios=[v.to_dict() for v in found], rounds=rounds_out)
+                   together=together, ratios=[v.to_dict() for v in found], rounds=rounds_out)
     ctx.store.record_head_to_head(ctx.name, h)
     return h, {f.trial.number: _confirmation(ctx, f) for f in finalists}
+
+
+def run_in_turn(ctx: StudyContext, chosen: list[TrialRecord]
+                ) -> tuple[HeadToHead, dict[int, LevelMeasurement | None]] | None:
+    """The head-to-head of finalists that cannot be up together: a fresh server each, one at a
+    time on the node's devices, in a mirrored order (A B, B A; A B C, C B A) so that a drift
+    linear in time moves both halves alike and cancels in each pair of servers. Each server
+    measures MIN_PAIRS rounds at the finalist's best load after a warm-up round; a challenger's
+    verdict is its ratio to the leader over the two pairs of servers (the unit is the server:
+    its rounds share whatever that server got, so its interval is wide, honestly). None where
+    a server failed."""
+    sla = ctx.spec.sla.to_sla()
+    finalists = [Finalist(t, objective(t.measurements, sla)[1]) for t in chosen]
+    order = finalists + finalists[::-1]
+    w = ctx.spec.workload
+    prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size,
+                            (w.requests_per_level * MIN_PAIRS + w.warmup_requests) * len(order)
+                            + 8)
+    letters = " ".join("ABCDEFGH"[finalists.index(f)] for f in order)
+    ctx.say(f"head-to-head: {len(finalists)} finalists cannot be up together here: a fresh "
+            f"server each, in turn ({letters}), {MIN_PAIRS} rounds each at its best load")
+    figures: dict[int, list[float]] = {f.trial.number: [] for f in finalists}
+    rounds_out: list[dict[str, Any]] = []
+    offset = 0
+    for turn, f in enumerate(order):
+        ctx.say(f"  trial {f.trial.number}  {describe(f.trial.params)}  at "
+                f"c={f.level.concurrency} (server {turn + 1} of {len(order)})")
+        f.plan, f.server = server_for(ctx, f.trial.params, list(ctx.inventory.devices),
+                                      f"trial-{f.trial.number:04d}-h2h-{turn}")
+        try:
+            start_recorded(ctx, f.server, f.trial.id)
+            ready = f.server.wait_ready(ctx.spec.engine.ready_timeout_s,
+                                        tick=lambda _: _stopping(ctx))
+            ctx.say(f"    server ready in {ready:.1f} s")
+            _round(ctx, f, prompts, offset, w.warmup_requests)
+            offset += w.warmup_requests
+            mine = []
+            for _ in range(MIN_PAIRS):
+                at = dt.datetime.now(dt.timezone.utc)
+                _round(ctx, f, prompts, offset, 0)
+                offset += w.requests_per_level
+                m = f.rounds[-1]
+                mine.append(m.output_tok_s_per_gpu)
+                rounds_out.append({"trial": f.trial.number, "pair": turn, "at": at.isoformat(),
+                                   "tok_s_per_gpu": m.output_tok_s_per_gpu,
+                                   "ttft_p90_ms": m.ttft_p90_ms})
+                if not f.server.alive():
+                    raise f.server.failure()
+            figures[f.trial.number].append(sum(mine) / len(mine))
+        except LaunchFailure as e:
+            ctx.say(f"  head-to-head stopped: a finalist's server failed ({e.kind}: {e.reason})")
+            return None
+        finally:
+            if f.server.proc is not None:
+                f.server.stop()
+                ctx.store.mark_server_stopped(f.trial.id)
+    base = figures[finalists[0].trial.number]
+    found = [Verdict(c.trial.number, *paired_ratio(base, figures[c.trial.number]), len(base),
+                     unit="servers") for c in finalists[1:]
+             if all(base) and all(figures[c.trial.number])]
+    return _decided(ctx, finalists, found, rounds_out, together=False)

@@ -68,7 +68,7 @@ class Plan:
         c = self.costs
         h2h = (f" and a head-to-head of {self.finalists} (~{_duration(self.head_to_head_s)})"
                if self.finalists >= 2 else "")
-        return (f"plan: a trial takes ~{c.trial_s:.0f} s here (start, stop and quality gate "
+        return (f"plan: a trial takes ~{c.trial_s:.0f} s here (start, stop and the rest "
                 f"~{c.start_s:.0f} s, rounds ~{c.round_s:.1f} s): {launched + self.more} "
                 f"trials{h2h} fit in {self.limit_min:g} min")
 
