@@ -12,6 +12,7 @@ import typer
 
 from tuner.cli.app import StorageOpt, _open, _print_cost, _table, app, out
 from tuner.spec.errors import BadInput, NoResult
+from tuner.spec.names import folder_of
 
 
 class By(str, Enum):
@@ -57,7 +58,7 @@ def choose(
               f"{best.tok_s_per_gpu:,.0f} output tok/s per GPU, per-user p90 "
               f"{best.level.tok_s_per_user_p90:,.1f} tok/s")
     _print_cost(best.study, best.trial, best.usd_per_mtok)
-    directory = out_dir or Path("tuner-exports") / best.study.name
+    directory = out_dir or folder_of(Path("tuner-exports"), best.study.name)
     for f in write_export(best.study, best.trial, directory, default_formats(best.study)):
         out.print(str(f))
 

@@ -21,6 +21,7 @@ from tuner.cli.app import (
     out,
 )
 from tuner.spec.errors import BadInput
+from tuner.spec.names import folder_of
 
 
 @app.command()
@@ -105,7 +106,7 @@ def export(
 
     store = _open(storage)
     chosen = _pick_study(store, study)
-    directory = out_dir or Path("tuner-exports") / chosen.name
+    directory = out_dir or folder_of(Path("tuner-exports"), chosen.name)
     if fmt and WORKERS_FORMAT in fmt:
         from tuner.report.export import write_workers_job
 

@@ -12,6 +12,7 @@ import typer
 
 from tuner.cli.app import StorageOpt, StudyOpt, _open, _print_best, _print_trials, _say, app, out
 from tuner.spec.errors import BadInput
+from tuner.spec.names import folder_of
 
 
 @app.command()
@@ -127,7 +128,7 @@ def _finish(ctx, export_dir: Path | None) -> None:
     trials = ctx.store.trials(ctx.name)
     _print_trials(trials, study)
     best = winner(study, trials)
-    files = write_export(study, best, export_dir or Path("tuner-exports") / ctx.name,
+    files = write_export(study, best, export_dir or folder_of(Path("tuner-exports"), ctx.name),
                          default_formats(study))
     _print_best(study, best, trials)
     out.print(f"exported to {files[0].parent}: " + ", ".join(f.name for f in files))

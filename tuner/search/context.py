@@ -24,6 +24,7 @@ from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType, gpu_type
+from tuner.spec.names import check_study_name, folder_of
 from tuner.spec.space import (
     Check,
     ModelShape,
@@ -211,6 +212,8 @@ def prepare(
     spec: StudySpec, spec_path: Path, *, storage_url: str | None, study_name: str | None, say: Say
 ) -> StudyContext:
     """Validate everything a study needs, in an order that touches nothing until it all holds."""
+    if study_name is not None:
+        check_study_name(study_name, "--study-name")
     gpu = gpu_type(spec.hardware.gpu_type)
     space = load_space(resolve_space_path(spec, spec_path), spec.engine.name, gpu)
     return _context(spec, space, url=storage_url or spec.storage or DEFAULT_STORAGE,
@@ -278,8 +281,8 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     store = store or open_store(url)  # last: a database is created only once all holds
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
-        settings=settings, store=store, storage_url=url, runs_dir=Path(spec.runs_dir) / name,
-        say=say, gpu=gpu,
+        settings=settings, store=store, storage_url=url,
+        runs_dir=folder_of(Path(spec.runs_dir), name), say=say, gpu=gpu,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tuner.spec.names import name_problem
 from tuner.spec.quality_spec import QualitySpec
 from tuner.spec.sla import SLA
 from tuner.spec.yamlio import load_model, read_yaml
@@ -376,7 +377,8 @@ class BudgetSpec(_Strict):
 
 
 class StudySpec(_Strict):
-    name: str = Field(min_length=1, description="Study name: re-running the same name resumes it.")
+    name: str = Field(min_length=1, description="Study name: re-running the same name resumes "
+                      "it. Letters, digits, '.', '_' and '-', at most 100 (a name, not a path).")
     search_space: str = Field(description="A name in search_spaces/ or a path to a space YAML.")
     model: ModelSpec
     engine: EngineSpec
@@ -389,6 +391,14 @@ class StudySpec(_Strict):
     quality: QualitySpec = Field(default_factory=QualitySpec)
     storage: str | None = Field(None, description=f"Database URL; default {DEFAULT_STORAGE}.")
     runs_dir: str = Field("tuner-runs", description="Where trial logs and files are written.")
+
+    @field_validator("name")
+    @classmethod
+    def _a_name_not_a_path(cls, name: str) -> str:
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(problem)
+        return name
 
 
 def load_spec(path: Path) -> StudySpec:
