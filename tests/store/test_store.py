@@ -139,14 +139,17 @@ def test_optuna_creates_its_tables_in_the_same_file_and_both_keep_working(db_pat
     assert _query(db_path, "SELECT version_num FROM alembic_version") != [(HEAD,)]
 
 
-def test_a_database_optuna_created_first_accepts_tuners_tables(db_path: Path):
+def test_a_database_optuna_created_alone_is_another_programs_and_refused_untouched(
+        db_path: Path):
+    # An Optuna study's file is its program's; tuner's tables are not added to it.
     url = _url(db_path)
     optuna.create_study(study_name="o", storage=url).optimize(
         lambda trial: trial.suggest_float("x", 0, 1), n_trials=1
     )
-    with Store.open(url) as store:
-        store.ensure_study("s", **STUDY)
-    assert TUNER_TABLES <= _tables(db_path)
+    before = _sha256(db_path)
+    with pytest.raises(StoreError, match="is not a tuner database .* and no tuner schema"):
+        Store.open(url)
+    assert _sha256(db_path) == before
     assert len(optuna.load_study(study_name="o", storage=url).trials) == 1
 
 
@@ -467,7 +470,7 @@ def test_without_create_an_optuna_only_database_is_an_error_and_untouched(db_pat
     optuna.create_study(study_name="o", storage=_url(db_path))
     before = _sha256(db_path)
 
-    with pytest.raises(StoreError, match="no study database at"):
+    with pytest.raises(StoreError, match="is not a tuner database"):
         Store.open(_url(db_path), create=False)
     assert _sha256(db_path) == before
 
@@ -602,3 +605,23 @@ def _query_write(path: Path, statements: list[str]) -> None:
         connection.commit()
     finally:
         connection.close()
+
+
+@pytest.mark.parametrize("tables", [["studies"], ["studies", "trials"], ["alembic_version"]])
+def test_another_programs_file_with_tables_named_like_optunas_is_refused_untouched(
+        db_path: Path, tables: list[str]):
+    con = sqlite3.connect(db_path)
+    for t in tables:
+        con.execute(f"CREATE TABLE {t} (id INTEGER PRIMARY KEY, name TEXT)")
+    con.commit()
+    con.close()
+    before = _sha256(db_path)
+
+    with pytest.raises(StoreError) as excinfo:
+        Store.open(_url(db_path))
+
+    message = _one_line_error(excinfo)
+    assert f"is not a tuner database (it has tables {', '.join(tables)} and no tuner schema)" \
+        in message
+    assert _sha256(db_path) == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == ["tuner.db"]

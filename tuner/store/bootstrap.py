@@ -1,8 +1,9 @@
 """Opening a study database: its URL, the checks made before anything is written, the engine,
 and tuner's schema migrations.
 
-A database is checked before anything is written to it: a file that is not tuner's (or Optuna's)
-is refused and left exactly as it was. A reader (the dashboard, `tuner status`) opens without
+A database is checked before anything is written to it: it must be empty or carry tuner's
+schema marker (its Alembic version table); anything else, even tables named like Optuna's, is
+refused and left exactly as it was. A reader (the dashboard, `tuner status`) opens without
 `create` or `upgrade` and writes nothing at all, not even a migration. SQLite files run in WAL
 mode so a dashboard can read while a study writes. The error-text helpers at the end are shared
 with the repository.
@@ -215,6 +216,14 @@ def _check_contents(engine: Engine, where: str, *, sqlite_file: bool, create: bo
                     "choose another --storage"
                 )
         if VERSION_TABLE not in tables:
+            # Without tuner's schema marker, tables named like Optuna's (`studies`, `trials`)
+            # are another program's: nothing may be added to them. In an SQLite file, any table.
+            theirs = sorted(t for t in tables if sqlite_file or t in _optuna_tables())
+            if theirs:
+                raise StoreError(
+                    f"{where} is not a tuner database (it has tables {_some(theirs)} and no "
+                    "tuner schema): choose another --storage"
+                )
             if not create:
                 raise _no_database(where)
             return set()
