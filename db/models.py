@@ -32,6 +32,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, rela
 
 VERSION_TABLE = "tuner_alembic_version"
 TABLE_PREFIX = "tuner_"
+# Optuna's tables, which share the study database by design (its RDB storage's schema; a test
+# compares this list with the installed Optuna's, so an upgrade that changes it is seen).
+OPTUNA_TABLES = frozenset({
+    "alembic_version", "studies", "study_directions", "study_system_attributes",
+    "study_user_attributes", "trial_heartbeats", "trial_intermediate_values", "trial_params",
+    "trial_system_attributes", "trial_user_attributes", "trial_values", "trials",
+    "version_info"})
 TRIAL_STATES = ("running", "complete", "failed", "infeasible", "pruned")
 
 # As Optuna: MySQL cannot index longer VARCHARs; unindexed free text is Text.

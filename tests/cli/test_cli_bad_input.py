@@ -260,3 +260,25 @@ def test_a_study_in_a_read_only_database_is_one_line_not_a_traceback(tmp_path, c
                               "sqlite:///file:tuner.db?mode=ro&uri=true")
     assert "the study database cannot be used as given (attempt to write a readonly" in line
     assert digest(d / "tuner.db") == before
+
+
+def test_a_database_host_that_accepts_and_never_answers_is_an_error_within_its_timeout(
+        tmp_path, monkeypatch):
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(silent.accept()[0]), daemon=True).start()
+    port = silent.getsockname()[1]
+    monkeypatch.setenv("TUNER_DB_CONNECT_TIMEOUT_S", "2")
+    try:
+        # Without a connect timeout this never returns: the subprocess's limit fails the test.
+        done = run_tuner("status", "--storage", f"postgresql://tuner:s3cret@127.0.0.1:{port}/db",
+                         cwd=tmp_path, timeout=120)
+    finally:
+        silent.close()
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert f"127.0.0.1:{port}" in line and "s3cret" not in line and "timeout" in line.lower()

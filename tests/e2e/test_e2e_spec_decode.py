@@ -70,7 +70,7 @@ def test_ngram_acceptance_is_read_from_the_engine_per_prompt_source(
         assert record["measurements"][0]["spec_accepted_tokens"] == level.spec_accepted_tokens
     # Which source gets more drafts accepted is not asserted: the tiny model's random weights
     # make its answers repeat themselves whatever the prompt, so n-gram drafts match its own
-    # output, and the order flipped between CPUs (README, "Speculative decoding").
+    # output, and the order flipped between CPUs (docs/measurement.md, "Speculative decoding").
     assert acceptance["corpus"] > 0 and acceptance["synthetic"] > 0
     print(f"n-gram acceptance: corpus {acceptance['corpus']:.1%}, "
           f"random tokens {acceptance['synthetic']:.1%}")

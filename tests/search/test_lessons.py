@@ -137,3 +137,17 @@ def test_the_spec_field_is_documented_in_the_schema():
 
     assert "unsupported or crash" in BudgetSpec.model_fields["learn_from_failures"].description
     assert yaml.safe_dump({"learn_from_failures": True})
+
+
+def test_a_fixed_engine_argument_the_engine_rejected_is_the_specs_fault():
+    from tuner.search.lessons import spec_at_fault
+
+    args = {"max-modle-len": 512, "dtype": "bfloat16"}
+    reason = "vllm serve: error: unrecognized arguments: --max-modle-len 512"
+    assert spec_at_fault("invalid_argument", reason, args) == "max-modle-len"
+    assert spec_at_fault("invalid_argument", reason, {"max_modle_len": 512}) == "max_modle_len"
+    # A sampled value the engine refused, or another kind of failure: the configuration's.
+    assert spec_at_fault("invalid_argument", "error: argument --max-num-seqs: invalid int",
+                         args) is None
+    assert spec_at_fault("crash", reason, args) is None
+    assert spec_at_fault("invalid_argument", None, args) is None

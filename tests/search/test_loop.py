@@ -294,3 +294,36 @@ def test_no_trial_starts_that_would_not_end_with_the_head_to_head_in_the_time_li
     assert said[-1] == ("budget.timeout_min (10 min): no new trial started, the rest of the "
                         "time is the head-to-head's")
     ctx.store.close()
+
+
+def test_a_fixed_engine_argument_the_engine_rejects_stops_the_study_after_one_trial(
+        tmp_path: Path, monkeypatch):
+    import pytest
+    import yaml
+
+    from tuner.spec.errors import BadInput
+
+    spec_path = small_spec(tmp_path)
+    spec = yaml.safe_load(spec_path.read_text())
+    spec["engine"]["args"] = {**spec["engine"].get("args", {}), "max-modle-len": 512}
+    write_yaml(spec_path, spec)
+    ctx = _context(spec_path, [])
+    launched: list[dict] = []
+    reason = "vllm serve: error: unrecognized arguments: --max-modle-len 512"
+
+    def rejected(ctx, study, trial, params, devices=None):
+        launched.append(params)
+        trial_id = ctx.store.start_trial(ctx.name, trial.number, params, worker_host="h",
+                                         worker_pid=1, budget=ctx.budget)
+        ctx.store.finish_trial(trial_id, state="failed", failure_kind="invalid_argument",
+                               failure_reason=reason)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return TrialResult(trial.number, params, "failed", failure_kind="invalid_argument",
+                           failure_reason=reason)
+
+    monkeypatch.setattr(loop, "run_trial", rejected)
+    with pytest.raises(BadInput, match=r"engine.args: the engine rejected 'max-modle-len'"):
+        loop.run_study(ctx, n_trials=3)
+    assert len(launched) == 1
+    assert [t.state for t in ctx.store.trials(ctx.name)] == ["failed"]  # recorded, then stopped
+    ctx.store.close()

@@ -178,3 +178,16 @@ def test_the_server_to_server_spread_pools_the_configurations_measured_in_two_se
                            "configuration's between servers here (2 configuration(s) measured "
                            "in two servers), so trial 0's 900 tok/s/GPU is ±")
     assert rules.server_spread_line(trials[2:], trials[2]) is None
+
+
+def test_the_advice_for_a_study_without_a_winner_follows_what_its_trials_did():
+    def t(number: int, state: str, kind: str | None = None):
+        return replace(_trial(number, 100.0, meets=False), state=state, failure_kind=kind)
+
+    crashed = rules.no_result_advice("s", [t(0, "failed", "crash"), t(1, "failed", "crash"),
+                                           t(2, "failed", "invalid_argument")])
+    assert "every trial that launched failed (2 crash, 1 invalid_argument)" in crashed
+    assert "relax" not in crashed
+    missed = rules.no_result_advice("s", [t(0, "complete"), t(1, "failed", "crash")])
+    assert "relax the spec's sla" in missed
+    assert "widen the search space" in rules.no_result_advice("s", [t(0, "infeasible")])

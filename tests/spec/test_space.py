@@ -52,7 +52,7 @@ def test_a_draft_length_exists_only_with_speculation():
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(30):
         trial = study.ask()
-        params = s.sample(trial)
+        params = s.sample(trial.suggest_categorical)
         assert ("num_speculative_tokens" in params) == (params["speculative_method"] == "ngram")
         assert trial.params == params  # Optuna records exactly the active parameters
         study.tell(trial, 1.0)

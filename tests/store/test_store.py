@@ -625,3 +625,13 @@ def test_another_programs_file_with_tables_named_like_optunas_is_refused_untouch
         in message
     assert _sha256(db_path) == before
     assert sorted(p.name for p in db_path.parent.iterdir()) == ["tuner.db"]
+
+
+def test_the_optuna_tables_tuner_accepts_are_the_installed_optunas():
+    # The one place tuner's tests read Optuna's private schema: an upgrade that changes its
+    # tables fails here, not in a user's database check.
+    from optuna.storages._rdb import models
+
+    from db.models import OPTUNA_TABLES
+
+    assert OPTUNA_TABLES == set(models.BaseModel.metadata.tables) | {"alembic_version"}

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
-
+from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
 from tuner.search.rules import config_key
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
@@ -73,17 +72,12 @@ def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | 
             n_trials: int) -> tuple[str, list[PlannedTrial]]:
     offline = offline_study(spec, spec_path, gpu=gpu, engine=engine)
     spec, space, inventory = offline.spec, offline.space, offline.inventory
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=spec.sampler.seed))
     seen: set[str] = set()
     planned: list[PlannedTrial] = []
-    for _ in range(n_trials * 50):  # bounded: a small space may have fewer configurations
+    # Bounded: a small space may have fewer configurations.
+    for params in sample_configs(space, spec.sampler.seed, n_trials * 50):
         if sum(p.plan is not None for p in planned) >= n_trials:
             break
-        trial = study.ask()
-        params = space.sample(trial)
-        study.tell(trial, 0.0)
         key = config_key(params)
         if key in seen:
             continue

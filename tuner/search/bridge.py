@@ -18,7 +18,7 @@ from tuner.search.context import Say, StudyContext
 from tuner.spec.errors import BadInput
 from tuner.spec.space import SearchSpace
 from tuner.spec.study_spec import BudgetSpec, StudySpec
-from tuner.store import Store, TrialRecord, mask_url
+from tuner.store import Store, TrialRecord, engine_options, mask_url
 
 # tuner asks and tells with heartbeats on, beating from its own thread (Heartbeat below):
 # Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for
@@ -40,11 +40,7 @@ def optuna_storage(url: str, budget: BudgetSpec | None = None,
     worker that stops beating are failed by the others and retried once (Optuna's own
     heartbeat and retry callback: tuner adds no scheduler of its own). With the `store` of the
     same database, Optuna sets up its tables under the store's setup lock."""
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 30}
-    else:
-        kwargs["pool_pre_ping"] = True  # long trials outlive idle server connections
+    kwargs = engine_options(url)  # the store's: timeouts, pre-ping
     beats: dict[str, Any] = {}
     if budget is not None:
         beats = {"heartbeat_interval": budget.heartbeat_interval_s,
@@ -246,3 +242,77 @@ class Heartbeat:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def sample(study_trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """The configuration Optuna proposes for this trial, each active parameter in the space's
+    order (define-by-run: a draft length only where speculation is on)."""
+    return space.sample(study_trial.suggest_categorical)
+
+
+def tell_not_run(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
+    """An asked trial that launched nothing and is no configuration's verdict (being measured by
+    another worker, the budget spent meanwhile): FAIL, which TPE ignores, with why as an attr."""
+    trial.set_user_attr(why, True)
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def tell_cut_short(study: optuna.Study, trial: optuna.Trial, kind: str) -> None:
+    """A trial the tuner itself cut short (`interrupted`, a bug's `error`): FAIL, which TPE
+    ignores: there is no verdict on the configuration to learn."""
+    trial.set_user_attr("failure_kind", kind)
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def retried_from(study: optuna.Study, trial: optuna.Trial) -> int | None:
+    """The trial this one retries after its worker stopped beating (Optuna's heartbeat retry),
+    or None."""
+    return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(
+        study._storage.get_trial(trial._trial_id))
+
+
+def still_running(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether Optuna still holds this trial as running (another worker that missed its
+    heartbeats fails it)."""
+    return study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+
+
+def fail_interrupted(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+    """A trial left running by a tuner that died: FAIL with its kind, as Optuna's own stale
+    trial handling would, so the study runs another in its place."""
+    study._storage.set_trial_user_attr(frozen._trial_id, "failure_kind", "interrupted")
+    study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+
+
+def sample_configs(space: SearchSpace, seed: int | None, asks: int) -> list[dict[str, Any]]:
+    """`asks` configurations drawn at random from the space, as Optuna's sampler proposes them
+    (repeats included): what `tuner run --dry-run` plans, with no study stored."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=seed))
+    out = []
+    for _ in range(asks):
+        trial = study.ask()
+        out.append(sample(trial, space))
+        study.tell(trial, state=TrialState.FAIL)
+    return out
+
+
+# Another worker failed this trial (it missed the heartbeats) while this one still ran it.
+TellConflict = optuna.exceptions.UpdateFinishedTrialError
+
+
+def queued(study: optuna.Study) -> bool:
+    """Whether configurations wait in the study's queue (a warm start's, a retry)."""
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
+def fail_stale(study: optuna.Study) -> set[int]:
+    """Fail the trials whose workers stopped beating (Optuna queues each for one retry), and
+    return the numbers of every failed trial."""
+    optuna.storages.fail_stale_trials(study)
+    return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}

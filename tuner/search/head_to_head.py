@@ -1,7 +1,7 @@
 """The study's finalists head to head: the verdict that survives the machine.
 
 A figure taken at 10:02 and one taken at 10:09 on a shared machine differ by whatever the
-machine did in between (the README records drifts of a quarter); each run's own interval says
+machine did in between (bench/README.md records drifts of a quarter); each run's own interval says
 nothing of that. So the top candidates' servers are up together and their measurement rounds
 alternate (A B, B A, A B, ...), each at the load of its best first-run level: a drift moves the
 two rounds of a pair alike and cancels in their ratio. Each challenger's verdict is its ratio to

@@ -14,6 +14,7 @@ it is unusable, as for an infeasible sample: no server is started.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,3 +93,21 @@ def _matches(values: dict[str, Any], params: dict[str, Any]) -> bool:
 def ruled_out(params: dict[str, Any], taught: list[Lesson]) -> Lesson | None:
     """The first lesson this configuration matches; None where none does."""
     return next((lesson for lesson in taught if lesson.matches(params)), None)
+
+
+_FLAG = re.compile(r"--([A-Za-z0-9][A-Za-z0-9_.-]*)")
+
+
+def spec_at_fault(kind: str | None, reason: str | None, fixed_args: dict[str, Any]
+                  ) -> str | None:
+    """The spec's fixed engine argument that the engine rejected (`invalid_argument` naming it:
+    `unrecognized arguments: --max-modle-len`), where that is the failure: every trial would
+    fail alike, so the study stops instead of paying a server start per trial. None otherwise
+    (a sampled value the engine refused is the configuration's failure)."""
+    if kind != "invalid_argument" or not reason:
+        return None
+    fixed = {k.replace("_", "-"): k for k in fixed_args}
+    for flag in _FLAG.findall(reason):
+        if flag.replace("_", "-") in fixed:
+            return fixed[flag.replace("_", "-")]
+    return None

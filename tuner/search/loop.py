@@ -17,14 +17,22 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
-from optuna.trial import TrialState
-
-from tuner.search.bridge import Heartbeat, load_or_create_study, tell_repeat, tell_unusable
+from tuner.search.bridge import (
+    Heartbeat,
+    TellConflict,
+    load_or_create_study,
+    queued,
+    retried_from,
+    sample,
+    still_running,
+    tell_not_run,
+    tell_repeat,
+    tell_unusable,
+)
 from tuner.search.context import StudyContext
-from tuner.search.lessons import lessons, ruled_out
+from tuner.search.lessons import lessons, ruled_out, spec_at_fault
 from tuner.search.quality_gate import ensure_reference
 from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
 from tuner.search.rules import config_key, settled
@@ -32,11 +40,15 @@ from tuner.search.startup import spread_choice
 from tuner.search.time_plan import costs, plan
 from tuner.search.trial import TrialResult, run_trial
 from tuner.serve.slots import DevicePool
+from tuner.spec.errors import BadInput
 from tuner.spec.space import (
     Check,
     describe,
 )
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
+
+if TYPE_CHECKING:
+    import optuna
 
 MAX_IDLE_ASKS = 10
 
@@ -62,7 +74,7 @@ def _starting(ctx: StudyContext, study: optuna.Study, used: int) -> bool:
     `sampler.n_startup_trials`, and nothing queued already (a warm start's trials come first)."""
     if ctx.spec.sampler.name != "tpe" or used >= ctx.spec.sampler.n_startup_trials:
         return False
-    return not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return not queued(study)
 
 
 @contextmanager
@@ -129,6 +141,11 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
             ctx.say(f"  -> trial {result.number}: {result.objective:,.0f} tok/s/GPU, {verdict}")
         elif result.state == "pruned":
             ctx.say(f"  -> trial {result.number}: pruned at {result.objective:,.0f} tok/s/GPU")
+        fault = spec_at_fault(result.failure_kind, result.failure_reason, ctx.spec.engine.args)
+        if fault is not None:
+            raise BadInput(f"engine.args: the engine rejected {fault!r} (trial {result.number}: "
+                           f"{result.failure_reason}): fix or remove it; the study stops, as "
+                           "every trial would fail alike")
 
     with stop_signals_as_interrupt(ctx.stop), TrialRunner(ctx, study) as runner:
         while True:
@@ -197,15 +214,14 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
                 # Before this run's first trial, while its devices are all free.
                 ctx.reference = ensure_reference(ctx)
             trial = study.ask()
-            params = ctx.space.sample(trial)
+            params = sample(trial, ctx.space)
             key = config_key(params)
             if key in done:
                 tell_repeat(study, trial, done[key])
                 idle += 1
                 continue
             if key in running:  # being measured right now: nothing to learn yet
-                trial.set_user_attr("repeat_of_running", True)
-                study.tell(trial, state=TrialState.FAIL)
+                tell_not_run(study, trial, "repeat_of_running")
                 idle += 1
                 continue
             reason = ctx.infeasible(params)
@@ -224,8 +240,7 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
                                                failure_kind="infeasible", failure_reason=reason))
                 continue
             idle = 0
-            retry = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(
-                study._storage.get_trial(trial._trial_id))
+            retry = retried_from(study, trial)
             again = f", retry of trial {retry}" if retry is not None else ""
             ctx.say(f"trial {trial.number}  {describe(params)}  ({used + 1}/{n_trials}{again})")
             launched.add(trial.number)
@@ -289,19 +304,17 @@ class TrialRunner:
         try:
             return run_trial(self.ctx, self.study, trial, params, block)
         except BudgetSpent:
-            trial.set_user_attr("budget_spent", True)
-            self.study.tell(trial, state=TrialState.FAIL)
+            tell_not_run(self.study, trial, "budget_spent")
             self.ctx.say(f"  trial {trial.number} not started: the study's budget is spent")
             return None
         except ConfigurationTaken as e:
-            trial.set_user_attr("repeat_of_running", True)
-            self.study.tell(trial, state=TrialState.FAIL)
+            tell_not_run(self.study, trial, "repeat_of_running")
             self.ctx.say(f"  trial {trial.number} not started: {e}")
             return None
-        except (StoreError, optuna.exceptions.UpdateFinishedTrialError):
+        except (StoreError, TellConflict):
             # Another worker took this trial for dead (its heartbeats came too late) and failed
             # it; the retry it queued measures the configuration again. The server is stopped.
-            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+            if still_running(self.study, trial):
                 raise
             self.ctx.say(f"  trial {trial.number} was failed by another worker that missed its "
                          "heartbeats: its result is dropped, the retry measures it again")

@@ -3,14 +3,18 @@ of dead or silent workers are marked interrupted (Optuna retries them once)."""
 
 from __future__ import annotations
 
-import optuna
-import psutil
-from optuna.trial import TrialState
+from typing import TYPE_CHECKING
 
+import psutil
+
+from tuner.search.bridge import fail_interrupted, fail_stale, running
 from tuner.search.context import StudyContext
 from tuner.serve.failures import read_log_tail
 from tuner.serve.launcher import stop_group
 from tuner.store import ServerRecord
+
+if TYPE_CHECKING:
+    import optuna
 
 # How often a worker waiting on another looks at the store again: for the reference answers it
 # computes, or for trials it runs that end (then there is nothing left) or go stale (then their
@@ -49,14 +53,13 @@ def recover(ctx: StudyContext, study: optuna.Study) -> None:
         if left:
             ctx.say(f"stopped {left} leftover server process(es) of an interrupted trial "
                     f"(pid {server.pid})")
-    for ft in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    for ft in running(study):
         worker = ft.user_attrs.get("worker")
         # No worker yet: another worker on this node is starting it (heartbeats judge the rest).
         if ft.user_attrs.get("worker_host") != host or worker is None or worker_alive(worker):
             continue
         reason = "interrupted: the tuner process running this trial died"
-        study._storage.set_trial_user_attr(ft._trial_id, "failure_kind", "interrupted")
-        study._storage.set_trial_state_values(ft._trial_id, TrialState.FAIL)
+        fail_interrupted(study, ft)
         record = ctx.store.trial(ctx.name, ft.number)
         if record is not None and record.state == "running":
             ctx.store.finish_trial(record.id, state="failed", failure_kind="interrupted",
@@ -85,12 +88,9 @@ def _owner_alive(server: ServerRecord) -> bool:
 def reap_stale(ctx: StudyContext, study: optuna.Study) -> None:
     """Fail the trials of workers that stopped sending heartbeats (Optuna enqueues each for one
     retry), mark them interrupted in tuner's table and, on this node, stop their servers."""
-    optuna.storages.fail_stale_trials(study)
-    running = ctx.store.running_trials(ctx.name)
-    if not running:
-        return
-    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
-    for record in [r for r in running if r.number in failed]:
+    failed = fail_stale(study)
+    held = ctx.store.running_trials(ctx.name)
+    for record in [r for r in held if r.number in failed]:
         if record.worker_host == ctx.inventory.host:
             for server in ctx.store.unstopped_servers(ctx.inventory.host):
                 if server.trial_id == record.id:

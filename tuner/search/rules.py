@@ -204,15 +204,33 @@ def winner(study: StudyRecord, trials: list[TrialRecord]) -> TrialRecord:
         return max(confirmed, key=lambda t: t.confirm_objective)
     ok = [t for t in trials if met_sla(t)]
     if not ok:
-        counts: dict[str, int] = {}
-        for t in trials:
-            counts[t.state] = counts.get(t.state, 0) + 1
-        seen = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
-        raise NoResult(
-            f"study {study.name} has no trial that met the SLA ({seen}): relax the spec's sla, "
-            "widen the search space or run more trials; `tuner status` lists them"
-        )
+        raise NoResult(no_result_advice(study.name, trials))
     return max(ok, key=lambda t: t.objective)
+
+
+def no_result_advice(name: str, trials: list[TrialRecord]) -> str:
+    """Why a study has no winner, in one line, with the advice its trials' outcomes call for:
+    SLA misses are a matter of the SLA; failures of the engine and the space are not."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[t.state] = counts.get(t.state, 0) + 1
+    seen = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials"
+    ran = [t for t in trials if t.state in ("complete", "pruned")]
+    failed: dict[str, int] = {}
+    for t in trials:
+        if t.state == "failed":
+            failed[t.failure_kind or "error"] = failed.get(t.failure_kind or "error", 0) + 1
+    if not trials or all(t.state == "infeasible" for t in trials):
+        advice = "no configuration of the space can run here: widen the search space"
+    elif not ran and failed:
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(failed.items()))
+        advice = (f"every trial that launched failed ({kinds}): their reasons in `tuner "
+                  "status` point at the engine setup (engine.args, engine.env, the model) or "
+                  "the space, not the SLA")
+    else:
+        advice = ("relax the spec's sla, widen the search space or run more trials; `tuner "
+                  "status` lists them")
+    return f"study {name} has no trial that met the SLA ({seen}): {advice}"
 
 
 # ---------------------------------------------------------------- Pareto studies

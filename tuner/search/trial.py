@@ -10,11 +10,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-import optuna
-from optuna.exceptions import UpdateFinishedTrialError
-from optuna.trial import TrialState
+from typing import TYPE_CHECKING, Any
 
 from tuner.measure.engine_metrics import gauge_monitor, read_spec_decode
 from tuner.measure.loadgen import Level, Repeats, run_sweep
@@ -30,6 +26,8 @@ from tuner.measure.prompts import (
 from tuner.measure.stats import mean_ci
 from tuner.search.bridge import (
     INCUMBENT_FLOOR,
+    TellConflict,
+    tell_cut_short,
     tell_measured,
     tell_pruned,
     tell_retry,
@@ -58,6 +56,9 @@ from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement, QualityCheck
+
+if TYPE_CHECKING:
+    import optuna
 
 
 @dataclass
@@ -341,21 +342,19 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         result.failure_kind, result.failure_reason = f.kind, f.reason
         ctx.say(f"  failed ({f.kind}): {f.reason}")
         log_tail = f.log_tail
-    except (KeyboardInterrupt, SystemExit, StoreError, UpdateFinishedTrialError):
+    except (KeyboardInterrupt, SystemExit, StoreError, TellConflict):
         # Ctrl-C, SIGTERM, the stop event, or another worker that took this one for dead:
         # record (the server is already stopped), propagate.
         ctx.store.finish_trial(trial_id, state="failed", failure_kind="interrupted",
                                failure_reason="interrupted: the tuner was stopped",
                                log_tail=read_log_tail(str(server.log_path)), measurements=levels)
-        trial.set_user_attr("failure_kind", "interrupted")
-        study.tell(trial, state=TrialState.FAIL)
+        tell_cut_short(study, trial, "interrupted")
         raise
     except Exception as e:  # a bug, not the configuration's verdict: record it, stop the study
         ctx.store.finish_trial(trial_id, state="failed", failure_kind="error",
                                failure_reason=error_text(e), log_tail=traceback.format_exc(),
                                measurements=levels)
-        trial.set_user_attr("failure_kind", "error")
-        study.tell(trial, state=TrialState.FAIL)
+        tell_cut_short(study, trial, "error")
         raise TrialError(trial.number, e) from e
     result.measurements = levels
     # A failed trial's search says nothing of its load: its failure is the reason kept.

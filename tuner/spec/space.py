@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -251,12 +250,13 @@ class SearchSpace(BaseModel):
         assert isinstance(v, list)  # resolved spaces hold plain lists
         return v
 
-    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
-        """Define-by-run: suggest each active parameter in declaration order."""
+    def sample(self, suggest: Callable[[str, list[Any]], Any]) -> dict[str, Any]:
+        """Define-by-run: `suggest(name, values)` (the sampler's choice, e.g. Optuna's
+        `trial.suggest_categorical`) for each active parameter in declaration order."""
         chosen: dict[str, Any] = {}
         for name, decl in self.parameters.items():
             if decl.active(chosen):
-                chosen[name] = trial.suggest_categorical(name, self.values(name))
+                chosen[name] = suggest(name, self.values(name))
         return chosen
 
     def enumerate(self) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ records.
 This package may import only `db`, `tuner.spec`, `tuner` itself and third-party libraries.
 """
 
-from tuner.store.bootstrap import mask_url, sqlite_file
+from tuner.store.bootstrap import engine_options, mask_url, sqlite_file
 from tuner.store.errors import BudgetSpent, ConfigurationTaken, StoreError
 from tuner.store.records import (
     HeadToHead,
@@ -24,4 +24,5 @@ from tuner.store.repository import Store
 
 __all__ = ["BudgetSpent", "ConfigurationTaken", "HeadToHead", "LevelMeasurement",
            "PredictionRecord", "QualityCheck", "QualityReference", "ServerRecord", "Store",
-           "StoreError", "StudyRecord", "TrialRecord", "mask_url", "sqlite_file"]
+           "StoreError", "StudyRecord", "TrialRecord", "engine_options", "mask_url",
+           "sqlite_file"]

@@ -24,21 +24,21 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from optuna.storages._rdb import models as optuna_models
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 import db
-from db.models import TABLE_PREFIX, VERSION_TABLE
+from db.models import OPTUNA_TABLES, TABLE_PREFIX, VERSION_TABLE
 from tuner.store.errors import StoreError
 
-__all__ = ["mask_url", "open_engine", "setup_lock", "sqlite_file"]
+__all__ = ["engine_options", "mask_url", "open_engine", "setup_lock", "sqlite_file"]
 
 _MIGRATIONS = Path(db.__file__).resolve().parent / "migrations"
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _SQLITE_TIMEOUT_S = 30  # how long a writer waits for another's lock before failing
+_DB_CONNECT_TIMEOUT_S = 10  # how long a server database may take to answer a connection
 # Any fixed key: serializes migrations of workers sharing one PostgreSQL database.
 _PG_MIGRATION_LOCK = 7_202_511
 # With the study's own key: serializes workers claiming a trial of one study's budget.
@@ -181,14 +181,38 @@ def _no_database(where: str) -> StoreError:
     return StoreError(f"no study database at {where}: run `tuner run` first or pass --storage")
 
 
+def engine_options(url: str | URL) -> dict[str, Any]:
+    """`create_engine` options for a storage URL, tuner's and Optuna's engines alike: how long
+    SQLite waits for another writer's lock; on a server database, a connect timeout (a host that
+    accepts and never answers becomes an error, not a hang; `connect_timeout` in the URL or
+    $TUNER_DB_CONNECT_TIMEOUT_S, default 10 s) and a test of each pooled connection before use
+    (long studies outlive idle server connections)."""
+    url = url if isinstance(url, URL) else _parse_url(url)
+    if url.get_backend_name() == "sqlite":
+        return {"connect_args": {"timeout": _SQLITE_TIMEOUT_S}}
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if "connect_timeout" not in url.query:
+        options["connect_args"] = {"connect_timeout": _connect_timeout_s()}
+    return options
+
+
+def _connect_timeout_s() -> int:
+    text = os.environ.get("TUNER_DB_CONNECT_TIMEOUT_S", str(_DB_CONNECT_TIMEOUT_S))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise StoreError(f"TUNER_DB_CONNECT_TIMEOUT_S={text!r}: give whole seconds, at least 1")
+    return value
+
+
 def _create_engine(url: URL, where: str) -> Engine:
     try:
+        engine = create_engine(url, **engine_options(url))
         if url.get_backend_name() == "sqlite":
-            engine = create_engine(url, connect_args={"timeout": _SQLITE_TIMEOUT_S})
             event.listen(engine, "connect", _sqlite_foreign_keys_on)
-            return engine
-        # Long studies outlive idle server connections: test each before use.
-        return create_engine(url, pool_pre_ping=True)
+        return engine
     except ArgumentError as e:
         raise StoreError(f"cannot use {where}: {e}: pass a sqlite:// or postgresql:// URL") from e
     except ImportError as e:
@@ -218,7 +242,7 @@ def _check_contents(engine: Engine, where: str, *, sqlite_file: bool, create: bo
         if VERSION_TABLE not in tables:
             # Without tuner's schema marker, tables named like Optuna's (`studies`, `trials`)
             # are another program's: nothing may be added to them. In an SQLite file, any table.
-            theirs = sorted(t for t in tables if sqlite_file or t in _optuna_tables())
+            theirs = sorted(t for t in tables if sqlite_file or t in OPTUNA_TABLES)
             if theirs:
                 raise StoreError(
                     f"{where} is not a tuner database (it has tables {_some(theirs)} and no "
@@ -239,12 +263,7 @@ def _check_contents(engine: Engine, where: str, *, sqlite_file: bool, create: bo
 
 def _is_ours(table: str) -> bool:
     """tuner's own tables, or Optuna's, which share the database by design."""
-    return table.startswith(TABLE_PREFIX) or table in _optuna_tables()
-
-
-@functools.cache
-def _optuna_tables() -> frozenset[str]:
-    return frozenset(optuna_models.BaseModel.metadata.tables) | {"alembic_version"}
+    return table.startswith(TABLE_PREFIX) or table in OPTUNA_TABLES
 
 
 def _some(names: list[str], limit: int = 5) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuner.report.dashboard_data.source import with_retry
+from tuner.store import engine_options
 
 __all__ = ["Importance", "param_importances"]
 
@@ -27,9 +28,7 @@ def param_importances(url: str, study_name: str) -> Importance:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 30}
+    kwargs = engine_options(url)  # the store's: timeouts
     if not _optuna_set_up(url, kwargs):
         return Importance({}, 0, "Optuna's study is not set up in this database yet: "
                                  "importance needs the Optuna study that `tuner run` keeps "
