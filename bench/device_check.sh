@@ -14,7 +14,7 @@
 #      measured share of the datasheet.
 #
 # Needs only tuner's wheel and its dependencies, PyTorch with CUDA and nvidia-ml-py (install
-# them offline from a folder of wheels: README, "GPU nodes without internet").
+# them offline from a folder of wheels: docs/gpu-nodes.md, "GPU nodes without internet").
 # Run by hand on the node:  bash bench/device_check.sh [GPU type, default: what NVML reports]
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
