@@ -148,3 +148,33 @@ def test_the_load_search_example_spec_loads():
     w = spec.workload
     assert w.auto and w.concurrency == "auto" and w.arrival == "concurrency"
     assert (w.search.start, w.search.max, w.search.resolution) == (1, None, 0.25)
+
+
+@pytest.mark.parametrize("workload", [{"concurrency": "auto"},
+                                      {"arrival": "poisson", "concurrency": [8],
+                                       "request_rates": "auto"}])
+def test_a_load_search_without_an_sla_target_is_refused_at_load(tmp_path, workload):
+    spec = base_spec(tmp_path / "model", sla={})
+    spec["workload"].update(workload)
+    with pytest.raises(BadInput) as e:
+        load_spec(write_yaml(tmp_path / "study.yaml", spec))
+    auto = "concurrency" if "request_rates" not in workload else "request_rates"
+    assert f"workload.{auto}: auto searches for the highest load that meets the SLA, and the " \
+        "sla sets no target: set sla.ttft_p90_ms" in str(e.value)
+
+
+def test_a_number_in_exponent_notation_is_read_as_a_number_and_held_to_its_limit(tmp_path):
+    spec_path = write_yaml(tmp_path / "study.yaml", base_spec(tmp_path / "model"))
+    spec_path.write_text(spec_path.read_text().replace("- 8\n", "- 1e9\n"))
+    with pytest.raises(BadInput) as e:
+        load_spec(spec_path)
+    assert "concurrency 1,000,000,000 is more requests in flight than one load generator can " \
+        "hold (at most 60,000)" in str(e.value)
+
+
+def test_a_missing_task_file_names_the_quality_field():
+    from tuner.measure.prompt_file import PromptFileError
+    from tuner.measure.quality_tasks import read_tasks
+
+    with pytest.raises(PromptFileError, match="does not exist: check quality.tasks.file"):
+        read_tasks(Path("/nonexistent/tasks.jsonl"))

@@ -48,13 +48,13 @@ class FilePrompt:
         return [self.text or ""] if self.messages is None else [c for _, c in self.messages]
 
 
-def read_prompt_file(path: Path) -> list[FilePrompt]:
-    """Parse every non-blank line; raise PromptFileError at the first bad one."""
+def read_prompt_file(path: Path, field: str = "workload.prompt_file") -> list[FilePrompt]:
+    """Parse every non-blank line; raise PromptFileError at the first bad one (`field`: the
+    spec field that named the file, for a missing one)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as e:
-        raise PromptFileError(f"prompt file {path} does not exist: check "
-                              "workload.prompt_file") from e
+        raise PromptFileError(f"file {path} does not exist: check {field}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise PromptFileError(f"prompt file {path} is not readable UTF-8 text ({e}): "
                               "fix the file") from e

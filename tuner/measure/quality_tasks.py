@@ -28,7 +28,7 @@ class Task:
 
 def read_tasks(path: Path, match: str = "exact") -> list[Task]:
     """Every record of the task file with its answer; raises PromptFileError naming the line."""
-    prompts = read_prompt_file(path)
+    prompts = read_prompt_file(path, field="quality.tasks.file")
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     tasks = []
     for p in prompts:

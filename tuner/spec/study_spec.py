@@ -400,6 +400,18 @@ class StudySpec(_Strict):
             raise ValueError(problem)
         return name
 
+    @model_validator(mode="after")
+    def _a_load_search_has_a_target(self) -> StudySpec:
+        w = self.workload
+        auto = ("concurrency" if w.concurrency == "auto" and w.arrival == "concurrency"
+                else "request_rates" if w.request_rates == "auto" else None)
+        if auto and self.sla.to_sla().is_empty():
+            raise ValueError(
+                f"workload.{auto}: auto searches for the highest load that meets the SLA, and "
+                "the sla sets no target: set sla.ttft_p90_ms or sla.min_tok_s_per_user_p90, or "
+                f"list the {auto.replace('_', ' ')} to measure")
+        return self
+
 
 def load_spec(path: Path) -> StudySpec:
     spec = load_model(StudySpec, read_yaml(path, "study spec"), str(path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,11 +18,23 @@ M = TypeVar("M", bound=BaseModel)
 MAX_VALUES = 10_000
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that reads `1e9` and `5E-3` as the numbers they are (YAML 1.2, as
+    JSON), where PyYAML's YAML 1.1 rules read them as text: a limit on a field then applies to
+    them, instead of "not a value this field takes"."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
 def read_yaml(path: Path, what: str) -> dict:
     if not path.is_file():
         raise BadInput(f"{what} {path} does not exist: check the path")
     try:
-        data = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=_Loader)
     except UnicodeDecodeError as e:
         raise BadInput(f"{what} {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from e
     except (OSError, yaml.YAMLError) as e:
