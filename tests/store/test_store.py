@@ -635,3 +635,23 @@ def test_the_optuna_tables_tuner_accepts_are_the_installed_optunas():
     from db.models import OPTUNA_TABLES
 
     assert OPTUNA_TABLES == set(models.BaseModel.metadata.tables) | {"alembic_version"}
+
+
+@pytest.mark.parametrize("mark", ["file", "folder"])
+def test_a_database_marked_read_only_is_refused_to_a_writer_even_as_root_and_read_by_readers(
+        db_path: Path, mark: str):
+    url = _url(db_path)
+    with Store.open(url) as store:
+        store.ensure_study("s", **STUDY)
+    target = db_path if mark == "file" else db_path.parent
+    target.chmod(0o444 if mark == "file" else 0o555)
+    try:
+        before = _sha256(db_path)
+        with pytest.raises(StoreError) as excinfo:
+            Store.open(url)  # a writer (tuner run)
+        assert "is read-only" in _one_line_error(excinfo) and "chmod u+w" in str(excinfo.value)
+        with Store.open(url, create=False) as store:  # a reader (status, best, dashboard)
+            assert [s.name for s in store.list_studies()] == ["s"]
+        assert _sha256(db_path) == before
+    finally:
+        target.chmod(0o644 if mark == "file" else 0o755)

@@ -62,6 +62,8 @@ def open_engine(url: str, *, create: bool, upgrade: bool) -> tuple[Engine, str]:
     where = str(path) if path is not None else mask_url(url)
     if path is not None:
         _check_sqlite_path(path, create=create)
+        if create or upgrade:
+            _check_writable(path)
     engine = _create_engine(parsed, where)
     try:
         revisions = _check_contents(engine, where, sqlite_file=path is not None, create=create)
@@ -175,6 +177,19 @@ def _check_sqlite_path(path: Path, *, create: bool) -> None:
     # An empty file is a valid, empty SQLite database.
     if header and header != _SQLITE_HEADER:
         raise StoreError(f"{path} is not an SQLite database: choose another --storage")
+
+
+def _check_writable(path: Path) -> None:
+    """A file (or folder) its owner marked read-only is refused to a writer by its mode bits,
+    not only by the permission check: root passes every permission check, and would write a
+    database the user meant to keep as it is. SQLite writes its journal beside the file, so the
+    folder must be writable too."""
+    for target, what in ((path, "file"), (path.parent, "folder")):
+        if target.exists() and not target.stat().st_mode & 0o222:
+            mode = f"{target.stat().st_mode & 0o777:o}"
+            raise StoreError(
+                f"{path} is read-only (its {what} {target} has mode {mode}): a study writes its "
+                "trials there; make it writable (chmod u+w) or choose another --storage")
 
 
 def _no_database(where: str) -> StoreError:
