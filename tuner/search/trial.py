@@ -52,6 +52,7 @@ from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
 from tuner.serve.launcher import LaunchFailure, ServerProcess
+from tuner.serve.neighbours import NeighbourWatch
 from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
@@ -428,11 +429,15 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
     t0 = time.monotonic()
     deadline = t0 + ctx.spec.budget.trial_timeout_s
     try:
+        watch = NeighbourWatch()  # other work on this tuner's cores, over the server's start
         start_recorded(ctx, server, trial_id)
         ready_s = server.wait_ready(min(ctx.spec.engine.ready_timeout_s, deadline - t0),
                                     tick=lambda _: _check_stop(ctx))
         engine_version = server.engine_version()
         ctx.say(f"  server ready in {ready_s:.1f} s ({plan.engine} {engine_version or '?'})")
+        busy = watch.line()
+        if busy:
+            ctx.say(f"  {busy}")
         phases = start_phases(plan.engine, server.log_text(), server.create_time or 0.0,
                               time.time())
         if phases:
