@@ -25,11 +25,15 @@ def trial(number: int, seconds: float, levels: list) -> TrialRecord:
 def test_costs_are_the_medians_of_the_trials_that_measured():
     trials = [trial(i, s, [replace(LEVEL, duration_s=d, rounds=r)])
               for i, (s, d, r) in enumerate([(60, 20, 5), (80, 30, 10), (100, 40, 10)])]
-    failed = replace(trial(9, 5, []), state="failed")
-    c = costs(trials + [failed])
+    c = costs(trials)
     assert (c.trial_s, c.measure_s, c.round_s) == (80, 30, 4)
     assert c.start_s == 50
-    assert costs([failed]) is None
+    # A failure costs its start, and its level (cut at its first error) says nothing of rounds.
+    crashed = replace(trial(7, 30, [replace(LEVEL, duration_s=0.1, rounds=1)]), state="failed")
+    c = costs(trials + [crashed])
+    assert (c.trial_s, c.measure_s, c.round_s) == (70, 30, 4)
+    assert costs([crashed]).round_s == 0.1  # until a trial runs to a figure
+    assert costs([replace(trial(9, 5, []), state="failed")]) is None
 
 
 def test_the_head_to_head_is_reserved_and_the_rest_is_trials():

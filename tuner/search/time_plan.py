@@ -37,13 +37,18 @@ class Costs:
 
 
 def costs(trials: list[TrialRecord]) -> Costs | None:
-    """Median costs of `trials` that ran to a verdict with levels measured; None before any."""
-    ran = [t for t in trials if t.finished_at is not None and t.measurements]
+    """Median costs of `trials`: a trial's time over every one that finished (a failure costs its
+    server start too), measuring and rounds over those that ran to a figure (a failed level's
+    rounds end at its first error); None before any trial measured a level."""
+    finished = [t for t in trials if t.finished_at is not None]
+    measured = [t for t in finished if t.state in ("complete", "pruned") and t.measurements]
+    ran = measured or [t for t in finished if t.measurements]
     if not ran:
         return None
     rounds = [m.duration_s / (m.rounds or 1) for t in ran for m in t.measurements]
     return Costs(
-        trial_s=statistics.median((t.finished_at - t.started_at).total_seconds() for t in ran),
+        trial_s=statistics.median((t.finished_at - t.started_at).total_seconds()
+                                  for t in finished),
         measure_s=statistics.median(sum(m.duration_s for m in t.measurements) for t in ran),
         round_s=statistics.median(rounds))
 
