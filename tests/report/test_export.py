@@ -97,7 +97,7 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     write_export(study, store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     ExportRecord.model_validate(record)  # the record satisfies its own schema
-    assert record["schema_version"] == 6
+    assert record["schema_version"] == 7
     assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
     assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
     assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
@@ -107,7 +107,7 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     assert record["objective"] == {
         "metric": "output_tok_s_per_gpu", "value": 256.0, "meets_sla": True, "concurrency": 4,
         "tok_s_per_user_p90": LEVEL.tok_s_per_user_p90, "min_tok_s_per_user": None,
-        "usd_per_mtok": pytest.approx(usd_per_mtok)}
+        "source": "first run", "usd_per_mtok": pytest.approx(usd_per_mtok)}
     assert record["measurements"][0]["usd_per_mtok"] == pytest.approx(usd_per_mtok)
     price = record["price"]
     assert (price["usd_per_device_hour"], price["devices"], price["example"]) == (core_hour, 1,
@@ -225,7 +225,7 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     jsonschema.validate(record, shipped)
-    record["schema_version"] = 7
+    record["schema_version"] = 8
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(record, shipped)
 

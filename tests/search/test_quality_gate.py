@@ -97,7 +97,7 @@ def test_the_correct_slow_configuration_wins_and_the_wrong_fast_one_is_a_quality
     exported = call_tuner("export", "--format", "json", "--out", "best", cwd=d)
     assert exported.code == 0, exported.stderr
     record = json.loads((d / "best" / "best.json").read_text())
-    assert record["trial"] == right.number and record["schema_version"] == 6
+    assert record["trial"] == right.number and record["schema_version"] == 7
     assert record["quality"]["passed"] and record["quality"]["exact_match_rate"] == 1.0
     assert (record["quality"]["identical"], record["quality"]["near_ties"],
             record["quality"]["diverging"]) == (8, 0, 0)
@@ -178,7 +178,7 @@ def test_a_task_file_that_cannot_be_read_is_refused_before_anything_runs(tmp_pat
     spec["quality"]["tasks"] = {"file": "missing.jsonl"}
     write_yaml(d / "study.yaml", spec)
     run = call_tuner("run", "study.yaml", cwd=d)
-    assert run.code == 2 and "quality.tasks.file: prompt file" in run.stderr
+    assert run.code == 2 and "quality.tasks.file: file" in run.stderr
     assert not (d / "tuner.db").exists()
 
 

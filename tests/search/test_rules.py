@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -191,3 +192,28 @@ def test_the_advice_for_a_study_without_a_winner_follows_what_its_trials_did():
     missed = rules.no_result_advice("s", [t(0, "complete"), t(1, "failed", "crash")])
     assert "relax the spec's sla" in missed
     assert "widen the search space" in rules.no_result_advice("s", [t(0, "infeasible")])
+
+
+def test_a_trials_one_figure_is_the_run_that_decided_its_verdict_and_its_other_run_is_named():
+    from tuner.store import HeadToHead
+
+    study = SimpleNamespace(head_to_head=HeadToHead(leader=2, pick=2, reason="", together=True,
+                                                    ratios=[{"trial": 5}], rounds=[]))
+    first_only = _trial(1, 900.0)
+    shown = rules.figure(first_only, study)
+    assert (shown.value, shown.source, shown.other_text()) == (900.0, "first run", None)
+    # Met in the head-to-head: its rounds there are its figure, the first run is the other.
+    h2h = replace(_trial(2, 3313.0, confirmed=2041.0), confirm_state="differs",
+                  confirm_reason="-1,272 tok/s/GPU (-38%) from the first run")
+    shown = rules.figure(h2h, study)
+    assert (shown.value, shown.source, shown.levels) == (2041.0, "head-to-head", h2h.confirmation)
+    assert shown.other_text() == ("first run 3,313: differs, -1,272 tok/s/GPU (-38%) from the "
+                                  "first run")
+    # Confirmed alone in a fresh server: its confirmation.
+    assert rules.figure(_trial(3, 500.0, confirmed=480.0), study).source == "confirmation"
+    # A confirmation that missed the SLA decides nothing: the first run stands, the re-run shown.
+    missed = replace(_trial(5, 700.0, confirmed=650.0), confirm_meets_sla=False,
+                     confirm_state="differs", confirm_reason="missed the SLA")
+    shown = rules.figure(missed, study)
+    assert (shown.value, shown.source) == (700.0, "first run")
+    assert shown.other_text() == "head-to-head 650: differs, missed the SLA"

@@ -84,12 +84,14 @@ def _print_trials(trials, study=None) -> None:
 
 def _print_best(study, best, trials) -> None:
     from tuner.report.tables import objective_usd_per_mtok, quality_text, trial_measurements_frame
-    from tuner.search.rules import is_confirmed, met_sla, server_spread_line
+    from tuner.search.rules import figure, is_confirmed, met_sla, server_spread_line
     from tuner.spec.space import describe
 
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
-    out.print(f"  {best.objective:,.0f} output tok/s per GPU (SLA met), engine "
-              f"{study.engine} {best.engine_version or ''}".rstrip())
+    shown = figure(best, study)
+    other = f"; {shown.other_text()}" if shown.other is not None else ""
+    out.print(f"  {shown.value:,.0f} output tok/s per GPU (SLA met), from its {shown.source}"
+              f"{other}; engine {study.engine} {best.engine_version or ''}".rstrip())
     _print_cost(study, best, objective_usd_per_mtok(study, best))
     if best.quality is not None:
         out.print(f"  quality against the reference: {quality_text(best.quality)}")

@@ -22,7 +22,7 @@ import tuner
 from tuner import DATA_DIR
 from tuner.report.stored_plan import deploy_plan
 from tuner.search.cost import study_price, trial_server_hour_usd, usd_per_mtok
-from tuner.search.rules import best_level, study_sla
+from tuner.search.rules import best_level, figure, study_sla
 from tuner.serve.engines import LaunchPlan, get_adapter
 from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
@@ -39,7 +39,7 @@ from tuner.store.records import LevelMeasurement
 # 6 added quality.identical, quality.near_ties, quality.diverging, quality.failed and
 #   quality.rule (the tie-aware gate: answers by verdict, the rule that judged and why; None
 #   for a check stored before it); nothing else changed.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
@@ -71,6 +71,9 @@ class ObjectiveInfo(_Model):
     concurrency: int | None
     tok_s_per_user_p90: float | None
     min_tok_s_per_user: float | None  # the per-user target it was picked for; None: the winner
+    # Which run the value comes from (tuner.search.rules.figure): "head-to-head",
+    # "confirmation" or "first run"; `measurements` and `confirmation` hold both runs.
+    source: str
     usd_per_mtok: float | None  # USD per million output tokens at this level; None: no price
 
 
@@ -136,7 +139,7 @@ class QualityInfo(_Model):
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[6] = SCHEMA_VERSION
+    schema_version: Literal[7] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -211,7 +214,10 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     import yaml
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
-    best = pick.level if pick is not None else best_level(trial.measurements, study_sla(study))[0]
+    # The level of the figure that decided the verdict (`rules.figure`), unless a per-user
+    # target picked another.
+    shown = figure(trial, study)
+    best = pick.level if pick is not None else best_level(shown.levels, study_sla(study))[0]
     server_hour = trial_server_hour_usd(study, trial)
     spec = study.spec
     return ExportRecord(
@@ -223,7 +229,8 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
         parameters=trial.params,
         objective=ObjectiveInfo(
             metric=spec["objective"]["metric"],
-            value=best.output_tok_s_per_gpu if pick is not None else trial.objective,
+            value=best.output_tok_s_per_gpu if pick is not None else shown.value,
+            source="first run" if pick is not None else shown.source,
             meets_sla=best.meets_sla if pick is not None else bool(trial.meets_sla),
             concurrency=best.concurrency if best else None,
             tok_s_per_user_p90=best.tok_s_per_user_p90 if best else None,

@@ -9,11 +9,13 @@ import pandas as pd
 from tuner.measure.metrics import confidence_text
 from tuner.measure.quality_compare import quality_figures
 from tuner.search.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per_mtok
-from tuner.search.rules import best_level, study_sla, winner
+from tuner.search.rules import best_level, figure, study_sla, winner
 from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement, QualityCheck
 
+# Which run a trial's figure comes from (`rules.figure`): first run, confirmation, head-to-head.
+FROM = "from"
 # The column of a trial's objective, in the CLI's tables and the dashboard's alike.
 TOK_GPU = "tok/s/GPU"
 # The highest load (concurrency, or requests/s open loop) of a trial that met the SLA.
@@ -55,16 +57,18 @@ def load_at_sla(t: TrialRecord) -> float | None:
     return int(load) if isinstance(load, float) and load.is_integer() else load
 
 
-def trial_row(t: TrialRecord) -> dict[str, Any]:
-    """The cells every trials table shows, each written here once: trial, state, config, the
-    objective (`tok/s/GPU`), the SLA verdict (met, missed or None), the quality gate's figures
-    (`quality`), the highest load that met it (`load at SLA`), GPUs, failure kind and
-    reason."""
+def trial_row(t: TrialRecord, study: StudyRecord | None = None) -> dict[str, Any]:
+    """The cells every trials table shows, each written here once: trial, state, config, its
+    figure (`tok/s/GPU`: the run that decided its verdict, `rules.figure`) and which run that
+    is (`from`), the SLA verdict (met, missed or None), the quality gate's figures (`quality`),
+    the highest load that met it (`load at SLA`), GPUs, failure kind and reason."""
+    shown = figure(t, study)
     return {
         "trial": t.number,
         "state": t.state,
         "config": _params_text(t.params),
-        TOK_GPU: t.objective,
+        TOK_GPU: shown.value,
+        FROM: shown.source if shown.value is not None else None,
         "SLA": None if t.meets_sla is None else ("met" if t.meets_sla else "missed"),
         QUALITY: quality_text(t.quality),
         LOAD_AT_SLA: load_at_sla(t),
@@ -83,10 +87,10 @@ def failure_text(row: dict[str, Any]) -> str | None:
 
 
 def objective_usd_per_mtok(study: StudyRecord, t: TrialRecord) -> float | None:
-    """USD per million output tokens at the level a complete trial's objective comes from."""
+    """USD per million output tokens at the level a complete trial's figure comes from."""
     if t.state != "complete":
         return None
-    level = best_level(t.measurements, study_sla(study))[0]
+    level = best_level(figure(t, study).levels, study_sla(study))[0]
     return None if level is None else level_usd_per_mtok(study, t, level)
 
 
@@ -95,12 +99,13 @@ def trials_frame(trials: list[TrialRecord], study: StudyRecord | None = None) ->
     million output tokens at the same level, SLA, quality, load at SLA, gpus, reason."""
     rows = []
     for t in trials:
-        row = trial_row(t)
+        row = trial_row(t, study)
         cost = {} if study is None else {USD_MTOK: objective_usd_per_mtok(study, t)}
         rows.append({**row, **cost, "gpus": row["GPUs"], "reason": failure_text(row)})
     cost_column = [] if study is None else [USD_MTOK]
     # object dtype keeps ints as ints and None as None (no float coercion for display)
-    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, *cost_column, "SLA",
+    return pd.DataFrame(rows, columns=["trial", "state", "config", TOK_GPU, FROM, *cost_column,
+                                       "SLA",
                                        QUALITY,
                                        LOAD_AT_SLA, "gpus", "reason"], dtype=object)
 
@@ -124,7 +129,7 @@ def studies_frame(studies: list[StudyRecord], trials_of) -> pd.DataFrame:
             best = None
         rows.append({"study": s.name, "engine": s.engine, "gpu type": s.gpu_type,
                      **state_counts(trials),
-                     "best tok/s/GPU": None if best is None else best.objective,
+                     "best tok/s/GPU": None if best is None else figure(best, s).value,
                      f"best {USD_MTOK}": None if best is None else objective_usd_per_mtok(s, best),
                      "best trial": None if best is None else best.number,
                      "created": s.created_at.strftime("%Y-%m-%d %H:%M")})

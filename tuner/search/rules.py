@@ -9,6 +9,7 @@ so the dashboard can import them without the serving path.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from tuner.measure.metrics import sla_violations, violation_score
 from tuner.measure.stats import server_spread, with_server_spread
@@ -172,6 +173,44 @@ def is_confirmed(trial: TrialRecord) -> bool:
     `confirmed` is ever called confirmed)."""
     return (trial.confirm_state in ("confirmed", "inconclusive", "differs")
             and bool(trial.confirm_meets_sla) and trial.confirm_objective is not None)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A configuration's one figure: the run that decided its verdict, and its other run.
+
+    Its head-to-head's rounds (or its confirmation in a fresh server) where they met the SLA,
+    else its first run. Every place that shows a trial's figure (`tuner best` and `status`, the
+    export, the dashboard) takes this one."""
+
+    value: float | None
+    levels: list[LevelMeasurement]  # the run it comes from
+    source: str  # "head-to-head", "confirmation" or "first run"
+    other: float | None = None  # the other run's figure, where there is one
+    other_source: str | None = None
+    why: str | None = None  # the confirmation's verdict and reason, where the runs differ
+
+    def other_text(self) -> str | None:
+        """The other run, labelled as a run, with why the two differ."""
+        if self.other is None:
+            return None
+        why = f": {self.why}" if self.why else ""
+        return f"{self.other_source} {self.other:,.0f}{why}"
+
+
+def figure(trial: TrialRecord, study: StudyRecord | None = None) -> Figure:
+    """The figure that decided `trial`'s verdict (see Figure)."""
+    h = study.head_to_head if study is not None else None
+    met = h is not None and trial.number in {h.leader, *(r["trial"] for r in h.ratios)}
+    again = "head-to-head" if met else "confirmation"
+    why = (f"{trial.confirm_state}, {trial.confirm_reason}" if trial.confirm_reason
+           else trial.confirm_state)
+    if trial.confirm_objective is not None and trial.confirm_meets_sla:
+        return Figure(trial.confirm_objective, trial.confirmation, again, trial.objective,
+                      "first run", why)
+    return Figure(trial.objective, trial.measurements, "first run", trial.confirm_objective,
+                  again if trial.confirm_objective is not None else None,
+                  why if trial.confirm_objective is not None else None)
 
 
 def counted_runs(trials: Iterable[TrialRecord]

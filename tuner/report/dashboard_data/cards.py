@@ -86,9 +86,12 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
     files, notes = export_files(data.study, trial)
     record = json.loads(files["best.json"]) if "best.json" in files else None
     command = record["launch"]["shell"] if record else None
-    level = rules.best_level(trial.measurements, rules.study_sla(data.study))[0]
+    shown = rules.figure(trial, data.study)  # the run that decided its verdict
+    level = rules.best_level(shown.levels, rules.study_sla(data.study))[0]
     figures: dict[str, Any] = {
-        TOK_GPU: trial.objective,
+        TOK_GPU: shown.value,
+        "from": shown.source,
+        "other run": shown.other_text(),
         "at concurrency": None if level is None else level.concurrency,
         "at rate req/s": None if level is None else level.request_rate,
         "tok/s 95% CI": None if level is None else confidence_text(level),

@@ -17,7 +17,7 @@ from tuner.report.dashboard_data.labels import (
     param_value,
 )
 from tuner.report.dashboard_data.source import StudyData
-from tuner.report.tables import LOAD_AT_SLA, QUALITY, trial_row
+from tuner.report.tables import FROM, LOAD_AT_SLA, QUALITY, trial_row
 from tuner.search import rules
 from tuner.search.cost import level_usd_per_mtok
 from tuner.spec.space import describe
@@ -42,12 +42,13 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
     rows = []
     sla = rules.study_sla(data.study)
     for t in data.trials:
-        # The level the stored objective comes from; a failed trial's has none.
-        level = rules.best_level(t.measurements, sla)[0] if t.state == "complete" else None
+        # The level its figure comes from (`rules.figure`); a failed trial's has none.
+        level = (rules.best_level(rules.figure(t, data.study).levels, sla)[0]
+                 if t.state == "complete" else None)
         duration = (t.finished_at - t.started_at).total_seconds() if t.finished_at else None
         rows.append({
             **{param_label(p): param_value(t.params.get(p)) for p in params},
-            **trial_row(t),
+            **trial_row(t, data.study),
             USD_MTOK: None if level is None else level_usd_per_mtok(data.study, t, level),
             "at c": None if level is None else level.concurrency,
             "TTFT p90 ms": None if level is None else level.ttft_p90_ms,
@@ -55,7 +56,8 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
             "confirmation": t.confirm_state, CONFIRMED_TOK_GPU: t.confirm_objective,
             "started": local_time(t.started_at), "duration s": duration,
         })
-    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, USD_MTOK, "SLA",
+    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, FROM, USD_MTOK,
+               "SLA",
                QUALITY,
                LOAD_AT_SLA, "at c",
                "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
