@@ -84,7 +84,10 @@ def test_the_vllm_export_is_the_trials_config_and_a_launch_script(store, tmp_pat
     assert config == {"max-model-len": 512, "tensor-parallel-size": 2, "max-num-seqs": 16,
                       "speculative-config": {"method": "ngram", "num_speculative_tokens": 2}}
     script = (tmp_path / "out" / "launch.sh").read_text()
-    assert "vllm serve /models/tiny --config ./config.yaml --host 0.0.0.0 --port 8000" in script
+    assert '"$TUNER_ENGINE" serve "$TUNER_MODEL" --config ./config.yaml --host 0.0.0.0 --port ' \
+        '8000' in script
+    assert 'TUNER_ENGINE="${TUNER_ENGINE:-vllm}"' in script
+    assert 'TUNER_MODEL="${TUNER_MODEL:-/models/tiny}"' in script
     assert "VLLM_CPU_KVCACHE_SPACE=1" in script
     # The trial's cores stay behind: a deploy binds its own (or the user's setting passes on).
     assert "VLLM_CPU_OMP_THREADS_BIND" not in script

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 import tuner
 from tuner import DATA_DIR
+from tuner.report.portable import launch_script, portable_argv
 from tuner.report.stored_plan import deploy_plan
 from tuner.search.cost import study_price, trial_server_hour_usd, usd_per_mtok
 from tuner.search.rules import best_level, figure, study_sla
@@ -210,7 +211,14 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     hw = trial.hardware or {}
     # What the trial ran (its stored plan), not what today's adapter would make of its params.
     plan = deploy_plan(study, trial, host=DEPLOY_HOST, port=DEPLOY_PORT, workdir=workdir)
+    # As the spec named the engine and the model, not as the study machine resolved them.
+    engine_spec = study.spec.get("engine", {})
+    container = bool(engine_spec.get("container"))
+    engine = engine_spec.get("executable") or adapter.default_executable
+    model = (study.spec.get("model") or {}).get("path") or study.model
     command = adapter.launch_command(plan, config_dir)
+    if not container:
+        command = portable_argv(command, engine=engine, resolved_model=study.model, model=model)
     import yaml
 
     config_file, config_text = next(iter(plan.files.items()), (None, "{}"))
@@ -223,7 +231,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     return ExportRecord(
         study=study.name, trial=trial.number,
         engine=EngineInfo(name=study.engine, version=trial.engine_version),
-        model=study.model,
+        model=model,
         hardware=HardwareInfo(gpu_type=study.gpu_type, gpus=trial.gpus or 1,
                               description=hw.get("description"), host=hw.get("host")),
         parameters=trial.params,
@@ -283,15 +291,20 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
     if study.engine in formats:
         for name, content in files.items():
             written.append(_write(out_dir / name, content))
-        script = (
-            "#!/usr/bin/env bash\n"
-            f"# tuner {tuner.__version__}: study {study.name}, trial {trial.number}, "
-            f"{record.objective.value:,.0f} {record.objective.metric}\n"
-            "set -euo pipefail\n"
-            'cd "$(dirname "$0")"\n'
-            f"exec {shell_command(record.launch.command, record.launch.env, prefix='env ')} "
-            '"$@"\n'
-        )
+        header = (f"# tuner {tuner.__version__}: study {study.name}, trial {trial.number}, "
+                  f"{record.objective.value:,.0f} {record.objective.metric} "
+                  f"({record.objective.source})")
+        if study.spec.get("engine", {}).get("container"):
+            script = (
+                f"#!/usr/bin/env bash\n{header}\nset -euo pipefail\n"
+                'cd "$(dirname "$0")"\n'
+                f"exec {shell_command(record.launch.command, record.launch.env, prefix='env ')} "
+                '"$@"\n'
+            )
+        else:
+            script = launch_script(record.launch.command, record.launch.env,
+                                   engine=record.launch.command[0], model=record.model,
+                                   header=header)
         path = _write(out_dir / "launch.sh", script)
         path.chmod(0o755)
         written.append(path)
