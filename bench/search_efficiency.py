@@ -131,6 +131,8 @@ def bench_spec(spec: StudySpec, folder: Path, budget: int, seed: int) -> StudySp
     data["budget"].update(n_trials=budget, trial_timeout_s=60, confirm_top_k=0,
                           timeout_min=None, parallel_trials=1)
     data["sampler"]["seed"] = seed
+    # The fake engine's answers are not a model's: the quality gate has nothing to compare.
+    data["quality"] = {"enabled": False}
     data["engine"].update(executable=str(fake_vllm(folder / "bin")), ready_timeout_s=30,
                           container=None, port=None)
     data["engine"]["env"] = {**data["engine"].get("env", {}),
