@@ -68,9 +68,22 @@ def test_the_pick_is_a_challenger_only_when_ahead_and_between_ties_fewer_devices
     assert chosen is even and why == "tied with trial 0: chosen for fewer devices"
     same = finalist(3, [1000, 1010, 990], gpus=2, ttft=25)
     chosen, why = pick(leader, [same], verdicts(leader, [same]))
-    assert chosen is same and "the lower TTFT p90 in the head-to-head (25 ms)" in why
+    assert chosen is same and "its lower TTFT p90 in the head-to-head (25 ms, lower beyond " \
+        "the rounds' noise)" in why
     worse = finalist(4, [700, 710, 690], gpus=2)
     assert pick(leader, [worse], verdicts(leader, [worse]))[0] is leader
+
+
+def test_between_ties_the_measurement_cannot_tell_apart_the_pick_is_the_first_measured():
+    # TTFT rounds that cross: no difference beyond their noise, whichever mean is lower.
+    leader = finalist(5, [1000, 1000, 1000, 1000], gpus=1)
+    other = finalist(2, [1000, 1010, 990, 1000], gpus=1)
+    for f, ttfts in ((leader, [30, 20, 40, 25]), (other, [25, 30, 20, 35])):
+        f.rounds = [replace(m, ttft_p90_ms=t) for m, t in zip(f.rounds, ttfts, strict=True)]
+    chosen, why = pick(leader, [other], verdicts(leader, [other]))
+    assert chosen is other  # trial 2 was measured before trial 5, whatever the noise says
+    assert why == ("tied with trial 5: neither throughput nor TTFT tells them apart here; "
+                   "chosen as the first measured")
 
 
 def test_finalists_share_a_cpu_node_and_take_their_own_gpus_only_where_they_fit():

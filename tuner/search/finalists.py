@@ -98,9 +98,23 @@ def mean_ttft(f: Finalist) -> float:
     return sum(values) / len(values) if values else math.inf
 
 
+def ttft_lower(f: Finalist, g: Finalist) -> bool:
+    """Whether f's TTFT p90 is lower than g's by more than the rounds' noise: the 95% interval
+    of their paired ratio (rounds side by side, as for throughput) lies under 1."""
+    pairs = [(a.ttft_p90_ms, b.ttft_p90_ms) for a, b in zip(f.rounds, g.rounds, strict=False)
+             if a.ttft_p90_ms and b.ttft_p90_ms]
+    if len(pairs) < MIN_PAIRS:
+        return False
+    _, _, high = paired_ratio([b for _, b in pairs], [a for a, _ in pairs])
+    return high is not None and high < 1
+
+
 def pick(leader: Finalist, challengers: list[Finalist], found: list[Verdict]
          ) -> tuple[Finalist, str]:
-    """The study's pick among the finalists, and why."""
+    """The study's pick among the finalists, and why: a challenger only when it is ahead;
+    between tied ones, the one on fewer devices, then the one whose TTFT p90 is lower than every
+    other's by more than the rounds' noise, else the first measured (a choice the measurement
+    cannot make, said as such: picking on noise would name another winner each run)."""
     by_number = {c.trial.number: c for c in challengers}
     ahead = [v for v in found if v.call == AHEAD]
     if ahead:
@@ -110,11 +124,20 @@ def pick(leader: Finalist, challengers: list[Finalist], found: list[Verdict]
     tied = [leader] + [by_number[v.trial] for v in found if v.call == TIED]
     if len(tied) == 1:
         return leader, "every challenger is behind it"
-    chosen = min(tied, key=lambda f: (f.trial.gpus or 1, mean_ttft(f)))
-    others = ", ".join(str(f.trial.number) for f in tied if f is not chosen)
-    fewer = (chosen.trial.gpus or 1) < max(f.trial.gpus or 1 for f in tied)
-    why = "fewer devices" if fewer else (f"the lower TTFT p90 in the head-to-head "
-                                         f"({mean_ttft(chosen):.0f} ms)")
-    return chosen, f"tied with trial {others}: chosen for {why}"
+    fewest = min(f.trial.gpus or 1 for f in tied)
+    on_fewest = [f for f in tied if (f.trial.gpus or 1) == fewest]
 
+    def others(chosen: Finalist) -> str:
+        return ", ".join(str(f.trial.number) for f in tied if f is not chosen)
 
+    if len(on_fewest) == 1:
+        return on_fewest[0], f"tied with trial {others(on_fewest[0])}: chosen for fewer devices"
+    quicker = [f for f in on_fewest if all(ttft_lower(f, g) for g in on_fewest if g is not f)]
+    if quicker:
+        chosen = quicker[0]
+        return chosen, (f"tied with trial {others(chosen)}: chosen for its lower TTFT p90 in "
+                        f"the head-to-head ({mean_ttft(chosen):.0f} ms, lower beyond the "
+                        "rounds' noise)")
+    chosen = min(on_fewest, key=lambda f: f.trial.number)
+    return chosen, (f"tied with trial {others(chosen)}: neither throughput nor TTFT tells them "
+                    "apart here; chosen as the first measured")

@@ -8,7 +8,8 @@ two rounds of a pair alike and cancels in their ratio. Each challenger's verdict
 the leader (the best first run) with the 95% interval of the pairs' log-ratios
 (`tuner.measure.stats.paired_ratio`): `ahead`, `behind`, or `tied` where the interval holds 1.
 The study picks a challenger only when it is ahead; between tied ones it picks the one on fewer
-devices, then the one with the lower TTFT p90 over the head-to-head, and says why.
+devices, then the one with a TTFT p90 lower beyond the rounds' noise, else the first measured,
+and says why (`tuner.search.finalists.pick`).
 
 On a CPU node the finalists' servers share the node (each in its trial's layout; only the one
 being measured is loaded). On a GPU node they run together where their devices fit side by side;
