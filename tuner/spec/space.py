@@ -118,6 +118,11 @@ Value = bool | int | float | str
 Domain = list[Value] | dict[str, list[Value]]
 
 
+
+# A configuration that speculates without naming its draft length drafts this many tokens (the
+# TensorRT-LLM gpt-oss guide's); the adapters and the performance model read it from here.
+DEFAULT_DRAFT_LEN = 3
+
 class ParameterDecl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

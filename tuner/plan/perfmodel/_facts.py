@@ -13,7 +13,7 @@ import yaml
 
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import DATA, GpuType, gpu_types
-from tuner.spec.space import known_shapes
+from tuner.spec.space import DEFAULT_DRAFT_LEN, known_shapes
 
 CALIBRATION_FILE = DATA / "perfmodel_calibration.json"
 PUBLISHED_FILE = DATA / "published.csv"
@@ -165,14 +165,13 @@ def facts() -> Facts:
     priors = {name: Prior(p["prior"], p["sigma"], p.get("transform", "log"), p["about"])
               for name, p in raw["factors"].items()}
     spec = dict(raw["speculative"])
-    default_k = spec.pop("default_draft_len")
     cpu = raw["cpu_rank"]
     return Facts(
         reserved_bytes=raw["memory"]["reserved_gb"] * GB,
         activation_hidden_copies=raw["memory"]["activation_hidden_copies"],
         logits_bytes=raw["memory"]["logits_bytes_per_element"],
         moe_small_batch_tokens=raw["moe"]["small_batch_tokens"], engines=engines,
-        kernel_precision=raw["kernel_precision"], drafts=spec, default_draft_len=default_k,
+        kernel_precision=raw["kernel_precision"], drafts=spec, default_draft_len=DEFAULT_DRAFT_LEN,
         priors=priors,
         cpu_rank=GpuType(name="cpu", arch="cpu", memory_gb=cpu["memory_gb"],
                          hbm_tb_s=cpu["memory_tb_s"], bf16_dense_tflops=cpu["bf16_tflops"],

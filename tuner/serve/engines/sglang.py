@@ -12,6 +12,7 @@ from typing import Any
 from tuner.serve.engines.base import EngineSettings, LaunchPlan, gpu_server_infeasibility
 from tuner.serve.engines.rules import expert_parallel_infeasibility
 from tuner.serve.hardware import Inventory
+from tuner.spec.space import DEFAULT_DRAFT_LEN
 
 # Canonical parameter -> launch_server flag.
 FLAGS = {
@@ -66,7 +67,7 @@ class SglangAdapter:
             # 0.5.23 split --cuda-graph-max-bs: decode graphs up to the batch limit.
             args += ["--cuda-graph-max-bs-decode", str(config["max_batch_size"])]
         if config.get("speculative_method") == "eagle3":
-            k = int(config.get("num_speculative_tokens", 3))
+            k = int(config.get("num_speculative_tokens", DEFAULT_DRAFT_LEN))
             # A chain of k drafted tokens: k steps, top-1 per step, k + 1 tokens verified.
             args += ["--speculative-algorithm", "EAGLE3",
                      "--speculative-draft-model-path", str(settings.draft_model),

@@ -20,6 +20,7 @@ from tuner.serve.engines.base import (
 )
 from tuner.serve.engines.rules import kv_cache_dtype_infeasibility
 from tuner.serve.hardware import Inventory
+from tuner.spec.space import DEFAULT_DRAFT_LEN
 
 RELEASE = "1.2.1"
 CONFIG_FILE = "extra-llm-api-config.yaml"
@@ -102,7 +103,7 @@ class TrtllmAdapter:
             # 1.2.1 has no Eagle3 type: EAGLE-3 is Eagle with the one-model EAGLE-3 path.
             out["speculative_config"] = {
                 "decoding_type": "Eagle",
-                "max_draft_len": int(config.get("num_speculative_tokens", 3)),
+                "max_draft_len": int(config.get("num_speculative_tokens", DEFAULT_DRAFT_LEN)),
                 "speculative_model": settings.draft_model,
                 "eagle3_one_model": True,
             }
