@@ -38,11 +38,11 @@ class Costs:
 
 def costs(trials: list[TrialRecord]) -> Costs | None:
     """Median costs of `trials`: a trial's time over every one that finished (a failure costs its
-    server start too), measuring and rounds over those that ran to a figure (a failed level's
-    rounds end at its first error); None before any trial measured a level."""
+    server start too), measuring and rounds over those that ran to a figure; None before one
+    did (a failed level stops at its first error, or drags on through timeouts: its duration
+    says nothing of a round's)."""
     finished = [t for t in trials if t.finished_at is not None]
-    measured = [t for t in finished if t.state in ("complete", "pruned") and t.measurements]
-    ran = measured or [t for t in finished if t.measurements]
+    ran = [t for t in finished if t.state in ("complete", "pruned") and t.measurements]
     if not ran:
         return None
     rounds = [m.duration_s / (m.rounds or 1) for t in ran for m in t.measurements]
