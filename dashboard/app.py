@@ -15,7 +15,9 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-st.set_page_config(page_title="tuner", page_icon=":material/speed:", layout="wide")
+# The tab icon ships with the package: a Material icon name is drawn from a web font that an
+# offline machine cannot fetch.
+st.set_page_config(page_title="tuner", page_icon=str(Path(_HERE) / "icon.png"), layout="wide")
 
 # Less empty space above each page's title than Streamlit's default.
 st.html("<style>[data-testid='stMainBlockContainer']{padding-top:2.5rem}</style>")

@@ -14,6 +14,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 import streamlit as st
+from tables_ui import FIGURES, fmt, money, number_columns, plural, rounded  # noqa: F401 (pages)
 
 from tuner.report import dashboard_data as dd
 from tuner.store import Store, StoreError
@@ -171,59 +172,6 @@ def predicted_vs_measured(storage: str, name: str,
 # ---------------------------------------------------------------- small pieces
 
 
-def fmt(v: Any, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, float)):
-        return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
-    return str(v)
-
-
-FIGURES = (dd.TOK_GPU, f"best {dd.TOK_GPU}", dd.USER_P90, dd.USER_P50, "tok/s total",
-           "best so far")
-
-
-def money(v: Any) -> str:
-    """A USD figure with 4 significant digits: a CPU core's cost per million tokens is cents."""
-    if v is None or (isinstance(v, float) and v != v):
-        return "–"
-    return f"{v:,.4g}"
-
-
-def rounded(frame: pd.DataFrame) -> pd.DataFrame:
-    """Figures rounded for reading: tok/s to units, milliseconds and seconds to tenths."""
-    frame = frame.copy()
-    for c in frame.columns:
-        if c in FIGURES:
-            frame[c] = pd.to_numeric(frame[c], errors="coerce").round(0)
-        elif c.endswith(" ms") or c.endswith("req/s"):
-            frame[c] = pd.to_numeric(frame[c], errors="coerce").round(1)
-        elif c == "duration s":
-            frame[c] = pd.to_numeric(frame[c], errors="coerce").round(1)
-    return frame
-
-
-def number_columns(frame: pd.DataFrame) -> dict[str, Any]:
-    """Column formats: figures with thousands separators, times as dates."""
-    config: dict[str, Any] = {}
-    for c in frame.columns:
-        if c in FIGURES or c.endswith(" ms") or c.endswith("req/s"):
-            config[c] = st.column_config.NumberColumn(c, format="localized")
-        elif c == "duration s":
-            config[c] = st.column_config.NumberColumn(c, format="%.1f")
-        elif c.startswith("USD"):
-            config[c] = st.column_config.NumberColumn(c, format="%.4g")
-        elif c in ("started", "finished"):
-            config[c] = st.column_config.DatetimeColumn(c + " (UTC)", format="YYYY-MM-DD HH:mm")
-    return config
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
-
-
 def study_subtitle(s: dd.StudySummary) -> str:
     w = s.workload
     load = ""
@@ -379,9 +327,12 @@ def load_curve_chart(curves: dd.LoadCurves, y: str, *, height: int = 340) -> alt
     pts["SLA"] = pts["meets SLA"].map({True: "met", False: "missed"})
     spread = pts["load"].max() / max(pts["load"].min(), 1e-9) if len(pts) else 1
     scale = alt.Scale(type="log", base=2) if spread >= 8 else alt.Scale(zero=False)
-    x = alt.X("load:Q", title=curves.load, scale=scale)
+    # Concurrency is a whole number (no 4.5 ticks); one colour per trial whatever the measure.
+    axis = alt.Axis(tickMinStep=1, format="d") if curves.load == "concurrency" else alt.Axis()
+    x = alt.X("load:Q", title=curves.load, scale=scale, axis=axis)
     yq = alt.Y(f"{y}:Q", title=y, scale=alt.Scale(zero=False))
-    color = alt.Color("trial:N", scale=alt.Scale(scheme="tableau10"),
+    trials = [str(n) for n in sorted(curves.frame["trial"].unique())]
+    color = alt.Color("trial:N", scale=alt.Scale(scheme="tableau10", domain=trials),
                       legend=alt.Legend(orient="right"))
     tooltip = ["trial", "config", alt.Tooltip("load:Q", title=curves.load),
                alt.Tooltip(f"{y}:Q", format=",.1f"), "SLA", "cap engaged", "load search"]

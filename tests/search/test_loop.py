@@ -105,6 +105,8 @@ def test_a_study_of_real_trials_against_the_fake_engine_records_crashes_and_spee
     assert "Segfault" in trials[8].failure_reason
     assert trials[4].state == trials[16].state == "complete"
     assert trials[16].objective > trials[4].objective
+    # Every trial keeps its server log's tail in the database, complete ones too.
+    assert all("fake engine" in t.log_tail for t in trials.values())
     study = load_or_create_study(ctx)
     crashed = next(t for t in study.trials if t.params.get("max_batch_size") == 8)
     assert crashed.state == optuna.trial.TrialState.COMPLETE  # ranked, not ignored

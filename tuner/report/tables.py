@@ -50,7 +50,10 @@ def level_load(m: LevelMeasurement) -> float:
 
 def load_at_sla(t: TrialRecord) -> float | None:
     """The highest load of the trial that met the SLA: what its load search found, or for a
-    fixed sweep its highest measured level that met it; None when none did."""
+    fixed sweep its highest measured level that met it; None when none did, and for a failed
+    trial (crashed, or failed the quality gate: its load is not one to serve at)."""
+    if t.state == "failed":
+        return None
     load = (t.load_at_sla if t.load_search is not None
             else max((level_load(m) for m in t.measurements if m.meets_sla), default=None))
     # The store keeps a float; a whole number (every concurrency) reads as one.

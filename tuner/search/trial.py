@@ -358,6 +358,10 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
         tell_cut_short(study, trial, "error")
         raise TrialError(trial.number, e) from e
     result.measurements = levels
+    if log_tail is None:
+        # Every trial keeps its log's tail in the database, complete ones too: a copied database
+        # (how a study is shared) keeps what the server said.
+        log_tail = read_log_tail(str(server.log_path))
     # A failed trial's search says nothing of its load: its failure is the reason kept.
     load_at_sla, searched = (None, None) if result.state == "failed" else sweep.outcome(levels)
     ctx.store.finish_trial(
