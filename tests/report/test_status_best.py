@@ -24,10 +24,12 @@ def test_status_shows_the_confirmed_winner_that_tuner_best_shows(tmp_path):
     best = call_tuner("best", cwd=tmp_path)
     assert status.code == best.code == 0, status.stderr + best.stderr
     assert "best of study s: trial 1" in best.stdout
-    assert "790 output tok/s per GPU (SLA met), from its confirmation; first run 800: " \
+    # A CPU study says its figures per core, never per GPU.
+    assert "790 output tok/s per core (SLA met), from its confirmation; first run 800: " \
         "confirmed" in best.stdout
     header, first = status.stdout.splitlines()[:2]
-    assert "best trial" in header and "best tok/s/GPU" in header
+    assert "best trial" in header and "best tok/s/core" in header
+    assert "GPU" not in status.stdout + best.stdout
     assert "790" in first and "900" not in first
 
 
@@ -53,3 +55,17 @@ def test_status_and_best_show_usd_per_million_tokens_and_the_price_they_rest_on(
     assert (f"{cost} USD per million output tokens at 0.0408 USD per core-hour x 1 (EXAMPLE "
             "price from tuner/data/gpu_prices.csv") in best.stdout
     assert "usd_per_mtok" in best.stdout and cost in best.stdout
+
+
+def test_a_study_says_its_figures_in_its_own_unit():
+    import pandas as pd
+
+    from tuner.report.units import frame_in_units, in_units
+
+    line = "-> trial 5: 2,784 tok/s/GPU, meets SLA; 0.004 USD per GPU-hour; output tok/s per GPU"
+    assert in_units(line, "cpu") == ("-> trial 5: 2,784 tok/s/core, meets SLA; 0.004 USD per "
+                                     "core-hour; output tok/s per core")
+    assert in_units(line, "H200") == line
+    frame = pd.DataFrame(columns=["trial", "tok/s/GPU", "gpus", "best tok/s/GPU"])
+    assert list(frame_in_units(frame, "cpu").columns) == ["trial", "tok/s/core", "cores",
+                                                         "best tok/s/core"]

@@ -4,7 +4,7 @@ maps a command's outcome to tuner's exit status."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,7 +13,25 @@ from tuner.spec.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput, NoResu
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the fastest way to serve an LLM by launching real serving trials.")
-out = Console(highlight=False, soft_wrap=True)
+class _StudyConsole(Console):
+    """The terminal, saying figures in the study's unit (per core on a CPU node) once a command
+    knows its study (`for_study`): `tuner.report.units` is the rule."""
+
+    gpu_type: str | None = None
+
+    def for_study(self, gpu_type: str | None) -> None:
+        self.gpu_type = gpu_type
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self.gpu_type is not None:
+            from tuner.report.units import in_units
+
+            objects = tuple(in_units(o, self.gpu_type) if isinstance(o, str) else o
+                            for o in objects)
+        super().print(*objects, **kwargs)
+
+
+out = _StudyConsole(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", envvar="TUNER_STORAGE",
@@ -77,8 +95,11 @@ def _table(frame, width: int = 70) -> str:
 
 def _print_trials(trials, study=None) -> None:
     from tuner.report.tables import trials_frame
+    from tuner.report.units import frame_in_units
 
     frame = trials_frame(trials, study)
+    if study is not None:
+        frame = frame_in_units(frame, study.gpu_type)
     out.print(_table(frame) if not frame.empty else "no trials yet")
 
 
@@ -87,6 +108,7 @@ def _print_best(study, best, trials) -> None:
     from tuner.search.rules import figure, is_confirmed, met_sla, server_spread_line
     from tuner.spec.space import describe
 
+    out.for_study(study.gpu_type)
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
     shown = figure(best, study)
     other = f"; {shown.other_text()}" if shown.other is not None else ""
@@ -172,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
 
     This is the one boundary where an expected failure becomes one line on stderr and its
     status; anything else is a bug and keeps its traceback."""
+    out.for_study(None)  # each command says its own study's unit
     try:
         # Typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM during a study) into exit code 130
         # and, outside standalone mode, returns it rather than exiting.

@@ -38,6 +38,7 @@ def status(storage: StorageOpt = None, study: StudyOpt = None) -> None:
         out.print(_table(studies_frame(studies, store.trials)))
         return
     chosen = _pick_study(store, study)
+    out.for_study(chosen.gpu_type)
     out.print(_table(studies_frame([chosen], store.trials)))
     out.print("")
     _print_trials(store.trials(chosen.name), chosen)

@@ -59,6 +59,7 @@ def run(
                            "--create-only the workers run it: leave --warm-start out")
         _create_only(spec, spec_path, storage, study_name, n_trials)
         return
+    out.for_study(spec.hardware.gpu_type)  # figures per core on a CPU node
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     warm = None
     if warm_start:
@@ -103,6 +104,7 @@ def confirm(
             raise BadInput(f"study {name} is not in {mask_url(url)}: run `tuner run "
                            f"{shlex.quote(str(spec_path))}` first, or pass --study-name / "
                            "--storage")
+    out.for_study(spec.hardware.gpu_type)  # figures per core on a CPU node
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     _confirm(ctx, top, again=again)
     _finish(ctx, export_dir)
@@ -142,6 +144,7 @@ def _create_only(spec, spec_path: Path, storage: str | None, study_name: str | N
 
     if n_trials:  # the stored spec is what workers read: it carries the budget
         spec.budget.n_trials = n_trials
+    out.for_study(spec.hardware.gpu_type)  # figures per core on a CPU node
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
     load_or_create_study(ctx)
     used = ctx.store.budget_used(ctx.name)
