@@ -159,8 +159,9 @@ def ranking(storage: str, names: tuple[str, ...], version: tuple, min_tok_s_per_
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)
-def importance(storage: str, name: str, version: tuple) -> dd.Importance:
-    return dd.param_importances(storage, name)
+def importance(storage: str, name: str, version: tuple) -> dd.Importance | None:
+    data = study(storage, name, version)
+    return None if data is None else dd.param_importances(data)
 
 
 @st.cache_resource(show_spinner=False, max_entries=CACHE_ENTRIES)

@@ -167,14 +167,14 @@ def failures(data: dd.StudyData) -> None:
 
 def importance(data: dd.StudyData, storage: str, version: tuple) -> None:
     imp = ui.importance(storage, data.study.name, version)
-    if not imp.values:
-        st.info(imp.note or "No importances.")
+    if imp is None or not imp.values:
+        st.info(imp.note if imp is not None and imp.note else "No importances.")
         return
     st.altair_chart(ui.importance_chart(imp.values), width="stretch")
-    st.caption(f"Optuna's parameter importance (PED-ANOVA, its default) over {imp.complete} "
-               "complete trials: how differently each parameter is distributed among the best "
-               "trials than among all of them. Only parameters every complete trial has are "
-               "rated.")
+    st.caption(f"Optuna's parameter importance (its default evaluator) over the {imp.complete} "
+               "complete configurations this study measured, each once, at its figure: how "
+               "much of the spread of their figures each parameter explains. Only parameters "
+               "every one of them has are rated.")
     if imp.note:
         st.warning(imp.note)
 

@@ -118,11 +118,9 @@ def read_while_running(run: subprocess.Popen, d: Path) -> Reads:
                     dd.measured_points(data)
                     dd.progress_frame(data)
                     dd.failure_groups(data)
+                    dd.param_importances(data)
                     complete = sum(t.state == "complete" for t in data.trials)
                     reads.seen.append((len(data.trials), complete))
-            importance = dd.param_importances(url, PARALLEL_STUDY)  # Optuna's tables
-            if "locked" in (importance.note or ""):
-                reads.errors.append(f"importance: {importance.note}")
         except Exception as e:
             reads.errors.append(f"read: {e!r}")
         reads.count += 1

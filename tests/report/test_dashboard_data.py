@@ -370,55 +370,46 @@ def test_levels_and_launch_plan_of_a_trial(url):
 # ---------------------------------------------------------------- importance
 
 
-def test_importance_needs_two_complete_trials_and_says_so(url):
+def test_importance_needs_two_complete_configurations_and_says_so(url):
     w = StudyWriter(url)
     w.complete(0, P(), [level(2, 100.0, 100.0)])
-    imp = dd.param_importances(url, "s")
+    imp = dd.param_importances(w.data())
     assert imp.values == {} and imp.complete == 1 and "at least 2 complete" in imp.note
 
 
-def test_importance_rates_the_parameters_that_varied(url):
-    w = StudyWriter(url)
-    for i, (tp, batch) in enumerate([(1, 4), (1, 16), (2, 4), (2, 16)] * 3):
-        w.complete(i, P(tp, batch=batch), [level(2, 100.0 * tp + i, 100.0)])
-    imp = dd.param_importances(url, "s")
-    assert imp.complete == 12 and imp.note is None
+def test_importance_rates_the_parameters_that_varied_over_distinct_configurations(url):
+    w = StudyWriter(url, optuna_study=False)
+    configs = [(tp, batch) for tp in (1, 2) for batch in (4, 8, 16, 32, 64)]
+    for i, (tp, batch) in enumerate(configs * 2):
+        w.complete(i, P(tp, batch=batch), [level(2, 100.0 * tp + i % 3, 100.0)])
+    imp = dd.param_importances(w.data())
+    # Ten configurations, each rated once (a repeat is not more evidence).
+    assert imp.complete == 10 and imp.note is None
     assert set(imp.values) == {"tensor_parallel_size", "enable_expert_parallel",
                                "max_batch_size"}
     assert max(imp.values, key=imp.values.get) == "tensor_parallel_size"
     assert math.isclose(sum(imp.values.values()), 1.0)
 
 
-def test_importance_never_stamps_optunas_schema_a_run_is_still_setting_up(tmp_path):
-    # `tuner run` has created Optuna's tables but not yet stamped their version: a reader
-    # that stamped it would make the run's own stamp fail (a UNIQUE constraint on
-    # alembic_version), so it explains and leaves the file as it was.
-    import hashlib
-
-    import sqlalchemy
-    from optuna.storages._rdb import models
-
-    db = tmp_path / "setting-up.db"
-    engine = sqlalchemy.create_engine(f"sqlite:///{db}")
-    models.BaseModel.metadata.create_all(engine)
-    engine.dispose()
-    before = hashlib.sha256(db.read_bytes()).hexdigest()
-    imp = dd.param_importances(f"sqlite:///{db}", "s")
-    assert "not set up in this database yet" in imp.note
-    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+def test_importance_never_counts_a_crash_as_a_figure_and_names_what_it_leaves_out(url):
+    w = StudyWriter(url, optuna_study=False)
+    w.complete(0, P(1, batch=4), [level(2, 100.0, 100.0)])
+    w.complete(1, {**P(1, batch=16), "num_speculative_tokens": 2}, [level(2, 300.0, 100.0)])
+    w.complete(2, P(2, batch=4), [level(2, 110.0, 100.0)])
+    w.fail(3, P(2, batch=16), "crash", "Segfault")
+    imp = dd.param_importances(w.data())
+    assert imp.complete == 3  # the crash is no figure of 0
+    assert imp.left_out == ["num_speculative_tokens"]
+    assert "Left out: num_speculative_tokens, which some of them do not have." in imp.note
+    assert max(imp.values, key=imp.values.get) == "max_batch_size"
 
 
-def test_importance_explains_a_study_optuna_does_not_know_or_where_nothing_varied(url):
-    StudyWriter(url, "no-optuna-tables", optuna_study=False)
-    assert "importance needs the Optuna study" in dd.param_importances(
-        url, "no-optuna-tables").note
-    StudyWriter(url, "other")  # creates Optuna's tables, not a study of that name
-    assert "no study named 'no-optuna-tables'" in dd.param_importances(
-        url, "no-optuna-tables").note
-    w = StudyWriter(url, "same")
-    for i in range(3):
-        w.complete(i, P(), [level(2, 100.0 + i, 100.0)])
-    imp = dd.param_importances(url, "same")
+def test_importance_explains_a_study_where_nothing_varied(url):
+    # Two configurations that differ only in a parameter one of them lacks.
+    same = StudyWriter(url, "flat", optuna_study=False)
+    same.complete(0, P(), [level(2, 100.0, 100.0)])
+    same.complete(1, {**P(), "num_speculative_tokens": 2}, [level(2, 120.0, 100.0)])
+    imp = dd.param_importances(same.data())
     assert imp.values == {} and "nothing varied" in imp.note
 
 

@@ -316,3 +316,4 @@ def fail_stale(study: optuna.Study) -> set[int]:
     return the numbers of every failed trial."""
     optuna.storages.fail_stale_trials(study)
     return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+

@@ -1,12 +1,22 @@
-"""Optuna's parameter importances over a study's complete trials, or why there are none."""
+"""Which parameters mattered: Optuna's importance evaluator over the configurations the study
+measured, or why there is no answer.
+
+Rated are tuner's own complete trials, one per distinct configuration, at their figure
+(`rules.figure`). Optuna's own study would count more: a repeat of a finished configuration is
+a trial there, and a crash is told to it as a COMPLETE trial worth 0 (so that TPE steers away),
+which would rate whatever crashed as the most important parameter. A parameter some rated
+trials do not have (a draft length exists only with speculation) is left out and named.
+
+Optuna is used here in memory only, as the dashboard's one reader of it (the study loop's
+bridge, `tuner.search.bridge`, imports the launcher, which the pages never load).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
-from tuner.report.dashboard_data.source import with_retry
-from tuner.store import engine_options
+from tuner.report.dashboard_data.source import StudyData
+from tuner.search import rules
 
 __all__ = ["Importance", "param_importances"]
 
@@ -14,94 +24,59 @@ __all__ = ["Importance", "param_importances"]
 @dataclass
 class Importance:
     values: dict[str, float]  # parameter -> share of the objective's variance, largest first
-    complete: int  # complete Optuna trials the estimate rests on
+    complete: int  # distinct complete configurations the estimate rests on
     note: str | None  # why there are no values, or how far to trust them
+    left_out: list[str] = field(default_factory=list)  # parameters some rated trials lack
 
 
 _MIN_TRUSTED = 10
 
 
-def param_importances(url: str, study_name: str) -> Importance:
-    """Optuna's parameter importances (its default evaluator, PED-ANOVA) over the study's
-    complete trials, read from the same storage. Explained instead of computed when there are
-    too few trials or nothing varied."""
+def param_importances(data: StudyData) -> Importance:
+    """The importances over the study's complete, distinct configurations; explained instead
+    when there are fewer than two or nothing varied."""
+    rated: dict[str, tuple[dict, float]] = {}
+    for t in data.trials:
+        value = rules.figure(t, data.study).value
+        if t.state == "complete" and value is not None:
+            rated.setdefault(rules.config_key(t.params), (t.params, value))
+    n = len(rated)
+    if n < 2:
+        return Importance({}, n, "Importance needs at least 2 complete configurations; this "
+                                 f"study has {n}.")
+    configs = [c for c, _ in rated.values()]
+    common = set.intersection(*(set(c) for c in configs))
+    left_out = sorted(set().union(*configs) - common)
+    varied = [k for k in sorted(common) if len({repr(c[k]) for c in configs}) > 1]
+    lacking = (f" Left out: {', '.join(left_out)}, which some of them do not have."
+               if left_out else "")
+    if not varied:
+        return Importance({}, n, f"The {n} complete configurations share every parameter value "
+                                 f"they all have: nothing varied, so nothing can be rated."
+                                 + lacking, left_out)
+    values = importances([{k: c[k] for k in common} for c in configs],
+                         [v for _, v in rated.values()])
+    note = (f"Only {n} complete configurations: with so few, importances are a rough hint, "
+            "not a measurement." if n < _MIN_TRUSTED else None)
+    if lacking:
+        note = ((note or "") + lacking).strip()
+    return Importance(values, n, note, left_out)
+
+
+def importances(configs: list[dict], values: list[float]) -> dict[str, float]:
+    """Optuna's parameter importances (its default evaluator) over these configurations and
+    their figures, in a study that lives in memory only; largest first."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    kwargs = engine_options(url)  # the store's: timeouts
-    if not _optuna_set_up(url, kwargs):
-        return Importance({}, 0, "Optuna's study is not set up in this database yet: "
-                                 "importance needs the Optuna study that `tuner run` keeps "
-                                 "beside tuner's tables.")
-    try:
-        # skip_table_creation: a reader never creates Optuna's tables.
-        storage = with_retry(lambda: optuna.storages.RDBStorage(
-            url, engine_kwargs=kwargs, skip_table_creation=True))
-    except Exception as e:  # noqa: BLE001 (a reader explains, it does not crash the page)
-        return Importance({}, 0, "Optuna's records in this database could not be read "
-                                 f"({_one_line(e)[:200]}): importance needs the Optuna study "
-                                 "that `tuner run` keeps beside tuner's tables.")
-    try:
-        return _importances(storage, study_name)
-    finally:
-        storage.engine.dispose()
-
-
-def _optuna_set_up(url: str, kwargs: dict[str, Any]) -> bool:
-    """Whether Optuna has finished setting up its tables here (its schema version stamped).
-    Until then, opening an RDBStorage would stamp the version itself, even with
-    skip_table_creation: a write from a reader, and a race with the `tuner run` doing it."""
-    from sqlalchemy import create_engine, inspect, text
-    from sqlalchemy.exc import SQLAlchemyError
-
-    engine = create_engine(url, **kwargs)
-    try:
-        with engine.connect() as connection:
-            tables = set(inspect(connection).get_table_names())
-            if not {"alembic_version", "version_info"} <= tables:
-                return False
-            stamped = connection.execute(text("SELECT count(*) FROM alembic_version")).scalar()
-            return bool(stamped)
-    except SQLAlchemyError:
-        return False
-    finally:
-        engine.dispose()
-
-
-def _importances(storage: Any, study_name: str) -> Importance:
-    import optuna
-    from optuna.trial import TrialState
-
-    try:
-        study = with_retry(lambda: optuna.load_study(study_name=study_name, storage=storage))
-        trials = with_retry(lambda: study.get_trials(deepcopy=False,
-                                                     states=(TrialState.COMPLETE,)))
-    except KeyError:
-        return Importance({}, 0, f"Optuna has no study named {study_name!r} in this database, "
-                                 "so there is nothing to rate.")
-    except Exception as e:  # noqa: BLE001
-        return Importance({}, 0, f"Optuna's study could not be read: {_one_line(e)}")
-    n = len(trials)
-    if n < 2:
-        return Importance({}, n, "Importance needs at least 2 complete trials with an "
-                                 f"objective; this study has {n}.")
-    seen: dict[str, set[str]] = {}
-    for t in trials:
-        for k, v in t.params.items():
-            seen.setdefault(k, set()).add(repr(v))
-    if not any(len(values) > 1 for values in seen.values()):
-        return Importance({}, n, f"The {n} complete trials all have the same parameter values: "
-                                 "nothing varied, so nothing can be rated.")
-    try:
-        values = with_retry(lambda: optuna.importance.get_param_importances(study))
-    except Exception as e:  # noqa: BLE001
-        return Importance({}, n, f"Optuna could not rate the parameters: {_one_line(e)}")
-    note = None
-    if n < _MIN_TRUSTED:
-        note = (f"Only {n} complete trials: with so few, importances are a rough hint, "
-                "not a measurement.")
-    return Importance(dict(values), n, note)
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+    study = optuna.create_study(direction="maximize")
+    dists = {k: optuna.distributions.CategoricalDistribution(
+        tuple(sorted({c[k] for c in configs}, key=repr))) for k in configs[0]}
+    for c, v in zip(configs, values, strict=True):
+        study.add_trial(optuna.trial.create_trial(params=c, distributions=dists, value=v))
+    # PED-ANOVA compares the best trials' parameter values with all trials'. Its default best
+    # tenth is one configuration in a small study, whose every value then looks decisive: the
+    # best group holds at least 3.
+    share = min(0.5, max(0.1, 3 / len(configs)))
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=share)
+    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
