@@ -59,7 +59,8 @@ def render() -> None:
             "of the same hardware is faster per user and as good on the y axis) and an even "
             f"sample of {drawn.sampled:,} of the other {drawn.sampled + drawn.left_out:,}; the "
             "ranking and its table use every level.")
-        st.caption(f"{ui.plural(len(points), 'measured level')} of {studies}, first runs; "
+        st.caption(f"{ui.plural(len(drawn.points), 'measured level')} of {studies} drawn, "
+                   "first runs; "
                    "filled: the level met its study's SLA. The dashed line is the per-user "
                    "target; the diamond is the chosen level (a confirmed study's "
                    "choice rests on its confirmations)." + thinned)

@@ -58,10 +58,16 @@ def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: 
                             "concurrency:N", sla_floor=floor, log_x=log_x)
     st.altair_chart(chart, width="stretch")
     n_front = len(front.front)
+    # Counted from what the chart can draw: a level where every request failed has no figure.
+    drawn = pts[pts[x].notna() & pts[dd.TOK_GPU].notna()]
+    undrawn = len(pts) - len(drawn)
     st.caption(
-        f"{len(pts):,} measured points (one per trial and concurrency level), {n_front} on the "
-        "Pareto front (the line). Filled: the level met the SLA; hollow: it missed. Series = "
-        "engine and parallelism."
+        f"{ui.plural(len(drawn), 'measured level')} drawn (one per trial and concurrency), "
+        f"{n_front} on the Pareto front (the line)"
+        + (f"; {undrawn} more where every request failed, which have no figure to draw"
+           if undrawn else "")
+        + ". Filled: the level met the SLA; hollow: it missed. Series = engine and "
+        "parallelism."
         + (" The dashed line is the SLA's per-user floor." if floor and x == dd.USER_P90
            else ""))
     with st.expander(f"Pareto-optimal points ({n_front}): the best throughput per GPU at each "
@@ -86,10 +92,15 @@ def progress(data: dd.StudyData) -> None:
         st.info("No trial has finished yet.")
         return
     st.altair_chart(ui.progress_chart(frame, by=by), width="stretch")
-    failed = int((~frame["outcome"].isin(["met SLA", "missed SLA"])).sum())
+    # Counted from the frame the chart draws: what has no figure sits at 0, the rest at theirs.
+    at_zero = int(frame[dd.TOK_GPU].isna().sum())
+    others = frame[frame[dd.TOK_GPU].notna() & ~frame["outcome"].isin(["met SLA", "missed SLA"])]
+    listed = ", ".join(f"trial {n} ({o})"
+                       for n, o in zip(others["trial"], others["outcome"], strict=True))
     st.caption("The green step line is the best figure so far among trials that met the SLA."
-               + (f" Failed or infeasible trials ({failed:,}) are drawn at 0." if failed
-                  else ""))
+               + (f" {ui.plural(at_zero, 'trial')} without a figure (failed to serve, or "
+                  "infeasible) drawn at 0." if at_zero else "")
+               + (f" Drawn at their figure but never the best: {listed}." if listed else ""))
 
 
 def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
