@@ -128,6 +128,8 @@ def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
                              for n in shown["trial"]])
     config = ui.number_columns(shown)
     config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
+    # A reason is long; the columns after it stay on screen at 1400 px (hover shows it whole).
+    config["reason"] = st.column_config.TextColumn("reason", width="medium")
     config["reason"] = st.column_config.TextColumn("reason", width="large")
     st.dataframe(ui.rounded(shown), hide_index=True, column_config=config, width="stretch",
                  height=420)

@@ -56,12 +56,11 @@ def trials_frame(data: StudyData) -> pd.DataFrame:
             "confirmation": t.confirm_state, CONFIRMED_TOK_GPU: t.confirm_objective,
             "started": local_time(t.started_at), "duration s": duration,
         })
-    columns = ["trial", "state", "config", *map(param_label, params), TOK_GPU, FROM, USD_MTOK,
-               "SLA",
-               QUALITY,
-               LOAD_AT_SLA, "at c",
-               "TTFT p90 ms", USER_P90, "GPUs", "failure", "reason", "confirmation",
-               CONFIRMED_TOK_GPU, "started", "duration s"]
+    # What a viewer picks by comes first (its figure, where it is from, the verdict and why),
+    # then the parameters; the configuration's one-line text, which repeats them, last.
+    columns = ["trial", "state", TOK_GPU, FROM, "SLA", "reason", *map(param_label, params),
+               USD_MTOK, "at c", "TTFT p90 ms", USER_P90, QUALITY, LOAD_AT_SLA, "GPUs",
+               "confirmation", CONFIRMED_TOK_GPU, "failure", "config", "started", "duration s"]
     frame = pd.DataFrame(rows, columns=columns)
     for c in (TOK_GPU, USD_MTOK, LOAD_AT_SLA, "TTFT p90 ms", USER_P90, CONFIRMED_TOK_GPU,
               "duration s"):
