@@ -56,6 +56,30 @@ def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path
     assert "tuner.spec.errors -> tuner.cli" in proc.stdout
 
 
+def test_optuna_imported_outside_the_bridge_breaks_the_contract(tmp_path: Path):
+    for part in ("tuner", "db"):
+        shutil.copytree(REPO / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    planted = tmp_path / "tuner" / "search" / "loop.py"
+    planted.write_text(planted.read_text() + "\nimport optuna.samplers  # around the bridge\n")
+
+    proc = lint_imports(tmp_path)
+
+    assert proc.returncode != 0
+    assert "Optuna is reached through one bridge BROKEN" in proc.stdout
+    assert "tuner.search.loop -> optuna" in proc.stdout
+
+
+def test_no_private_name_of_optuna_is_used():
+    private = [f"{p.relative_to(REPO)}:{n}" for p in modules()
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if "optuna" in line and any(f".{x}" in line for x in ("_storage", "_trial_id",
+                                                                       "_rdb", "_heartbeat",
+                                                                       "_callbacks"))]
+    assert private == []
+
+
 def test_the_contract_copy_is_checked_as_it_is_when_nothing_is_planted(tmp_path: Path):
     # The planted test above proves something only if the copy passes without the plant.
     for part in ("tuner", "db"):

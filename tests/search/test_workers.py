@@ -168,8 +168,11 @@ def test_a_trial_whose_worker_stops_beating_is_failed_interrupted_and_retried_on
     for trial in (alive, dead):
         ids[trial.number] = store.start_trial("s", trial.number, trial.params,
                                               worker_host="node-1", worker_pid=1, budget=2)
-    with Heartbeat(study, alive, 1, said.append):
-        study._storage.record_heartbeat(dead._trial_id)  # then its worker is SIGKILLed
+    beats = optuna_storage(url, budget)
+    with Heartbeat(beats, "s", alive.number, 1, said.append):
+        dead_id = beats.get_trial_id_from_study_id_trial_number(
+            beats.get_study_id_from_name("s"), dead.number)
+        beats.record_heartbeat(dead_id)  # then its worker is SIGKILLed
         time.sleep(3.5)
         reap_stale(ctx, study)
         states = {t.number: t.state for t in study.get_trials()}

@@ -233,14 +233,14 @@ def _fail(message: str, status: int, prefix: str = "error: ") -> None:
 def expected_failure(e: BaseException) -> str | None:
     """The one line for a failure that is the input's or the machine's rather than a bug in
     tuner (a database that cannot be written, a file that cannot be read), or None."""
-    from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import SQLAlchemyError
 
+    from tuner.search.bridge import StorageUnavailable
     from tuner.store import StoreError
 
     if isinstance(e, StoreError):
         return str(e)
-    if isinstance(e, StorageInternalError | SQLAlchemyError):
+    if isinstance(e, StorageUnavailable | SQLAlchemyError):
         cause = e.__cause__ or e.__context__ or e
         first = (str(getattr(cause, "orig", None) or cause).splitlines() or [""])[0]
         return (f"the study database cannot be used as given ({first}): check that it is "

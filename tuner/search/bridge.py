@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -14,11 +14,13 @@ from pydantic import ValidationError
 
 import tuner
 from tuner.measure.metrics import UNUSABLE_VIOLATION
-from tuner.search.context import Say, StudyContext
 from tuner.spec.errors import BadInput
 from tuner.spec.space import SearchSpace
 from tuner.spec.study_spec import BudgetSpec, StudySpec
 from tuner.store import Store, TrialRecord, engine_options, mask_url
+
+if TYPE_CHECKING:  # the bridge loads no serving code: the dashboard's importance uses it
+    from tuner.search.context import Say, StudyContext
 
 # tuner asks and tells with heartbeats on, beating from its own thread (Heartbeat below):
 # Optuna's warning that heartbeats are meant for `optimize`, and its experimental notices for
@@ -212,21 +214,25 @@ def tell_repeat(study: optuna.Study, trial: optuna.Trial, earlier: TrialRecord) 
 class Heartbeat:
     """Records that a trial's worker is alive every heartbeat interval, from a thread of its own,
     while the trial waits for devices and runs. Optuna beats only inside `study.optimize`; tuner
-    asks and tells, so it beats itself. Without beats (a SIGKILLed worker), another worker fails
-    the trial after the grace period and Optuna retries it once."""
+    asks and tells, so it beats itself, through the storage's public heartbeat API. Without
+    beats (a SIGKILLed worker), another worker fails the trial after the grace period and Optuna
+    retries it once."""
 
-    def __init__(self, study: optuna.Study, trial: optuna.Trial, interval_s: float, say: Say):
-        self._storage, self._trial_id = study._storage, trial._trial_id
+    def __init__(self, storage: optuna.storages.RDBStorage, study_name: str, number: int,
+                 interval_s: float, say: Say):
+        self._store_beats = storage
+        self._beat_id = storage.get_trial_id_from_study_id_trial_number(
+            storage.get_study_id_from_name(study_name), number)
         self._interval, self._say = interval_s, say
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial.number}",
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{number}",
                                         daemon=True)
 
     def _beat(self) -> None:
         warned = False
         while True:
             try:
-                self._storage.record_heartbeat(self._trial_id)
+                self._store_beats.record_heartbeat(self._beat_id)
             except Exception as e:  # a database blip: the next beat may pass; say it once
                 if not warned:
                     self._say(f"  heartbeat not recorded ({type(e).__name__}); retrying")
@@ -235,7 +241,7 @@ class Heartbeat:
                 return
 
     def __enter__(self) -> Heartbeat:
-        self._storage.record_heartbeat(self._trial_id)  # beating before anything is claimed
+        self._store_beats.record_heartbeat(self._beat_id)  # beating before anything is claimed
         self._thread.start()
         return self
 
@@ -264,24 +270,27 @@ def tell_cut_short(study: optuna.Study, trial: optuna.Trial, kind: str) -> None:
     study.tell(trial, state=TrialState.FAIL)
 
 
+def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
 def retried_from(study: optuna.Study, trial: optuna.Trial) -> int | None:
     """The trial this one retries after its worker stopped beating (Optuna's heartbeat retry),
     or None."""
     return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(
-        study._storage.get_trial(trial._trial_id))
+        _frozen(study, trial.number))
 
 
 def still_running(study: optuna.Study, trial: optuna.Trial) -> bool:
     """Whether Optuna still holds this trial as running (another worker that missed its
     heartbeats fails it)."""
-    return study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING
+    return _frozen(study, trial.number).state == TrialState.RUNNING
 
 
 def fail_interrupted(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
-    """A trial left running by a tuner that died: FAIL with its kind, as Optuna's own stale
-    trial handling would, so the study runs another in its place."""
-    study._storage.set_trial_user_attr(frozen._trial_id, "failure_kind", "interrupted")
-    study._storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+    """A trial left running by a tuner that died: FAIL, as Optuna's own stale trial handling
+    would, so the study runs another in its place (tuner's table keeps why)."""
+    study.tell(frozen.number, state=TrialState.FAIL)
 
 
 def sample_configs(space: SearchSpace, seed: int | None, asks: int) -> list[dict[str, Any]]:
@@ -317,3 +326,23 @@ def fail_stale(study: optuna.Study) -> set[int]:
     optuna.storages.fail_stale_trials(study)
     return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
 
+
+
+# Optuna's storage could not answer: the CLI says so in one line.
+StorageUnavailable = optuna.exceptions.StorageInternalError
+
+
+def importances(configs: list[dict[str, Any]], values: list[float]) -> dict[str, float]:
+    """Optuna's parameter importances over these configurations and their figures, in a study
+    that lives in memory only; largest first. PED-ANOVA compares the best trials' parameter
+    values with all trials'; its default best tenth is one configuration in a small study,
+    whose every value then looks decisive, so the best group holds at least 3."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    dists = {k: optuna.distributions.CategoricalDistribution(
+        tuple(sorted({c[k] for c in configs}, key=repr))) for k in configs[0]}
+    for c, v in zip(configs, values, strict=True):
+        study.add_trial(optuna.trial.create_trial(params=c, distributions=dists, value=v))
+    share = min(0.5, max(0.1, 3 / len(configs)))
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=share)
+    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))

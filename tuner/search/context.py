@@ -66,6 +66,17 @@ class StudyContext:
     # The quality gate's reference answers, once the loop has them (None: not yet, or gate off).
     reference: QualityReference | None = None
 
+    # The run's changing state is written through these, here only: the budget a loop runs
+    # to, the reference answers once the gate has them, checks a warm start adds.
+    def run_to(self, budget: int) -> None:
+        self.budget = budget
+
+    def keep_reference(self, reference: QualityReference | None) -> None:
+        self.reference = reference
+
+    def add_check(self, check: Check) -> None:
+        self.checks.append(check)
+
     @property
     def sampler_seed(self) -> int | None:
         seed = self.spec.sampler.seed

@@ -23,6 +23,7 @@ from tuner.search.bridge import (
     Heartbeat,
     TellConflict,
     load_or_create_study,
+    optuna_storage,
     queued,
     retried_from,
     sample,
@@ -105,7 +106,7 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
     trial starts that the plan (`tuner.search.time_plan`) says would not end, with a
     head-to-head of `finalists` after it, in time."""
     study = load_or_create_study(ctx)
-    ctx.budget = n_trials
+    ctx.run_to(n_trials)
     recover(ctx, study)
     reap_stale(ctx, study)
     done = _finished_configs(ctx)
@@ -212,7 +213,7 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
                 idle = 0
             if ctx.reference is None and ctx.spec.quality.enabled:
                 # Before this run's first trial, while its devices are all free.
-                ctx.reference = ensure_reference(ctx)
+                ctx.keep_reference(ensure_reference(ctx))
             trial = study.ask()
             params = sample(trial, ctx.space)
             key = config_key(params)
@@ -262,6 +263,7 @@ class TrialRunner:
         self.executor = (ThreadPoolExecutor(parallel, thread_name_prefix="trial")
                          if parallel > 1 else None)
         self._running: dict[Future, str] = {}
+        self._beats: optuna.storages.RDBStorage | None = None
         self._finished: list[tuple[str, TrialResult]] = []
 
     @property
@@ -273,7 +275,10 @@ class TrialRunner:
         return set(self._running.values())
 
     def _heartbeat(self, trial: optuna.Trial) -> Heartbeat:
-        return Heartbeat(self.study, trial, self.ctx.spec.budget.heartbeat_interval_s,
+        if self._beats is None:  # its own connections: beats go on while a trial runs
+            self._beats = optuna_storage(self.ctx.storage_url, self.ctx.spec.budget)
+        return Heartbeat(self._beats, self.study.study_name, trial.number,
+                         self.ctx.spec.budget.heartbeat_interval_s,
                          self.ctx.say)
 
     def submit(self, trial: optuna.Trial, params: dict[str, Any], key: str) -> None:
@@ -362,7 +367,7 @@ def queue_warm_start(ctx: StudyContext, study: optuna.Study, warm_start: WarmSta
                       done: set[str]) -> None:
     """The warm start's configurations become the next trials; what its check says cannot run is
     rejected before launch like any infeasible sample."""
-    ctx.checks.append(warm_start.check)
+    ctx.add_check(warm_start.check)
     queued = warm_start.choose(done)
     for config in queued:
         study.enqueue_trial(config, skip_if_exists=True)

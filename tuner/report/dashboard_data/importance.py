@@ -7,8 +7,8 @@ a trial there, and a crash is told to it as a COMPLETE trial worth 0 (so that TP
 which would rate whatever crashed as the most important parameter. A parameter some rated
 trials do not have (a draft length exists only with speculation) is left out and named.
 
-Optuna is used here in memory only, as the dashboard's one reader of it (the study loop's
-bridge, `tuner.search.bridge`, imports the launcher, which the pages never load).
+The rating itself is Optuna's, through the one bridge to it (`tuner.search.bridge.importances`,
+a study in memory only).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from tuner.report.dashboard_data.source import StudyData
 from tuner.search import rules
+from tuner.search.bridge import importances
 
 __all__ = ["Importance", "param_importances"]
 
@@ -62,21 +63,3 @@ def param_importances(data: StudyData) -> Importance:
         note = ((note or "") + lacking).strip()
     return Importance(values, n, note, left_out)
 
-
-def importances(configs: list[dict], values: list[float]) -> dict[str, float]:
-    """Optuna's parameter importances (its default evaluator) over these configurations and
-    their figures, in a study that lives in memory only; largest first."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize")
-    dists = {k: optuna.distributions.CategoricalDistribution(
-        tuple(sorted({c[k] for c in configs}, key=repr))) for k in configs[0]}
-    for c, v in zip(configs, values, strict=True):
-        study.add_trial(optuna.trial.create_trial(params=c, distributions=dists, value=v))
-    # PED-ANOVA compares the best trials' parameter values with all trials'. Its default best
-    # tenth is one configuration in a small study, whose every value then looks decisive: the
-    # best group holds at least 3.
-    share = min(0.5, max(0.1, 3 / len(configs)))
-    evaluator = optuna.importance.PedAnovaImportanceEvaluator(target_quantile=share)
-    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
