@@ -93,8 +93,10 @@ def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def test_no_module_is_over_500_lines():
-    long = {str(p.relative_to(REPO)): n for p in modules()
+def test_no_module_is_over_500_lines_in_the_package_the_benches_or_the_dashboard():
+    scripts = [p for folder in ("bench", "dashboard") for p in (REPO / folder).rglob("*.py")
+               if "__pycache__" not in p.parts]
+    long = {str(p.relative_to(REPO)): n for p in modules() + scripts
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
 
@@ -118,3 +120,57 @@ def test_no_copy_of_the_configuration_key_remains():
     # The copies that drifted were `repr(sorted(params.items()))` and ad-hoc JSON dumps.
     for path in modules():
         assert "repr(sorted(" not in path.read_text(), path
+
+
+def import_graph() -> dict[str, set[str]]:
+    """tuner's modules and the tuner modules each imports, at module level or inside a function
+    (a lazy import hides a circle, it does not remove one); type-checking imports aside.
+    `from pkg import mod` is an import of `mod`, not of the package."""
+    names = {}
+    for p in modules():
+        name = ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        names[name] = p
+
+    def known(name: str) -> str | None:
+        while name and name not in names:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+                node.body = []
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                found.update(s for s in subs if s in names)
+                if not all(s in names for s in subs):
+                    found.add(node.module)
+        graph[name] = {m for m in map(known, (f for f in found if f.startswith("tuner")))
+                       if m and m != name}
+    return graph
+
+
+def test_no_import_circle_in_the_package_lazy_imports_included():
+    graph = import_graph()
+    circles = []
+
+    def walk(node: str, path: list[str], done: set[str]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in path:
+                circles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                walk(nxt, path + [nxt], done)
+        done.add(node)
+
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start not in done:
+            walk(start, [start], done)
+    assert circles == []
+
