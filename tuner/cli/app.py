@@ -12,7 +12,10 @@ from rich.console import Console
 from tuner.spec.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput, NoResult, TunerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",  # a docstring's line breaks join, as in prose
                   help="Find the fastest way to serve an LLM by launching real serving trials.")
+
+
 class _StudyConsole(Console):
     """The terminal, saying figures in the study's unit (per core on a CPU node) once a command
     knows its study (`for_study`): `tuner.report.units` is the rule."""
