@@ -85,3 +85,26 @@ def test_any_name_that_is_not_a_name_is_refused_before_anything_is_written(proje
                              "sqlite:///tuner.db", "--study-name", name, cwd=project),
                   "--study-name")
     assert set(project.parent.rglob("*")) == before
+
+
+HOSTILE_URLS = ["", "sqlite://", "sqlite:///", "sqlite:///../../../tmp/escape-tuner.db",
+                "sqlite:////proc/self/status", "sqlite:///" + "x" * 5_000,
+                "sqlite:///nonexistent-dir/tuner.db", "mysql://u:p@127.0.0.1:1/db",
+                "file:///etc/passwd", "postgresql://u:s3cret@256.0.0.1:99999/db",
+                "sqlite:///\x00.db", "::::", "sqlite:///tuner.db?mode=ro&uri=true"]
+
+
+@pytest.mark.parametrize("url", HOSTILE_URLS)
+def test_every_reading_command_refuses_a_hostile_storage_url_in_one_line_and_writes_nothing(
+        project: Path, url: str):
+    before = set(project.parent.rglob("*"))
+    for command in (("status",), ("best",), ("export", "--out", "out")):
+        if "\x00" in url:
+            continue  # a NUL cannot be passed on a command line at all
+        outcome = call_tuner(*command, "--storage", url, cwd=project)
+        assert outcome.code == EXIT_BAD_INPUT, (command, outcome.stdout, outcome.stderr)
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1 and len(lines[0]) < 600, outcome.stderr
+        assert "Traceback" not in outcome.stderr and "s3cret" not in outcome.stderr
+    assert set(project.parent.rglob("*")) == before
+    assert not Path("/tmp/escape-tuner.db").exists()

@@ -99,9 +99,12 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "tuner.db"
 
 
-@pytest.fixture
-def store(db_path: Path):
-    with Store.open(_url(db_path)) as store:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, db_path: Path):
+    """The store contract: every test taking this fixture runs on SQLite and on PostgreSQL
+    (the throwaway server `make test` starts), the two databases tuner supports."""
+    url = _url(db_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    with Store.open(url) as store:
         store.ensure_study("s", **STUDY)
         yield store
 

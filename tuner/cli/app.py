@@ -229,8 +229,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str, status: int, prefix: str = "error: ") -> None:
-    err.print(prefix + " ".join(message.split()), markup=False)
+    err.print(prefix + " ".join(map(_shortened, message.split())), markup=False)
     sys.exit(status)
+
+
+def _shortened(word: str, limit: int = 120) -> str:
+    """A word of an error line as a reader can take it in: a path or URL of thousands of
+    characters (a hostile input, quoted back) is cut to its ends and its length."""
+    if len(word) <= limit:
+        return word
+    return f"{word[:60]}…{word[-20:]} ({len(word):,} characters)"
 
 
 def expected_failure(e: BaseException) -> str | None:

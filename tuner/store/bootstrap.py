@@ -60,7 +60,11 @@ def open_engine(url: str, *, create: bool, upgrade: bool) -> tuple[Engine, str]:
     parsed = _parse_url(url)
     path = _sqlite_file(parsed)
     where = str(path) if path is not None else mask_url(url)
-    if path is not None:
+    if path is None and parsed.get_backend_name() == "sqlite":
+        path = _uri_file(parsed)  # checked like a plain path: a reader creates nothing
+        if path is not None:
+            _check_sqlite_path(path, create=create)
+    elif path is not None:
         _check_sqlite_path(path, create=create)
         if create or upgrade:
             _check_writable(path)
@@ -144,6 +148,23 @@ def _sqlite_file(url: URL) -> Path | None:
     if str(url.query.get("uri", "")).lower() in ("true", "1"):
         return None
     return Path(database)
+
+
+def _uri_file(url: URL) -> Path | None:
+    """The file of an SQLite URI filename (`sqlite:///file:tuner.db?mode=ro&uri=true`); None for
+    a memory database. A URL SQLite would take as some other file name is refused: with
+    `uri=true` and no `file:`, SQLite creates a file named `tuner.db?mode=ro`."""
+    database = url.database or ""
+    uri = str(url.query.get("uri", "")).lower() in ("true", "1")
+    if database in ("", ":memory:"):
+        return None
+    if uri and not database.startswith("file:"):
+        raise StoreError(f"storage {mask_url(url.render_as_string())}: with uri=true the database "
+                         "must be a file: URI, e.g. sqlite:///file:tuner.db?mode=ro&uri=true")
+    if database.startswith("file:") and not uri:
+        raise StoreError(f"storage {mask_url(url.render_as_string())}: a file: database needs "
+                         "uri=true, or give the plain path: sqlite:///tuner.db")
+    return Path(database.removeprefix("file:").split("?", 1)[0])
 
 
 def _check_sqlite_path(path: Path, *, create: bool) -> None:
