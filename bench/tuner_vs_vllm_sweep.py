@@ -81,7 +81,7 @@ def machine() -> str:
 
 
 def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int,
-              folder: Path) -> tuple[dict[Point, float], float, str]:
+              folder: Path, warmup: int = 0) -> tuple[dict[Point, float], float, str]:
     """`vllm bench sweep serve` over the grid: output tok/s per point, wall seconds, and the
     server's own line saying where it bound the rank."""
     folder.mkdir(parents=True)
@@ -99,7 +99,8 @@ def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int
            "--serve-cmd", f"{VLLM} serve {model} {ENGINE_ARGS} --port {port}",
            "--bench-cmd", bench, "--serve-params", str(folder / "serve.json"),
            "--bench-params", str(folder / "bench.json"), "--num-runs", "1",
-           "-o", str(folder / "out"), "-e", "sweep", "--continue-on-error", "--show-stdout"]
+           "-o", str(folder / "out"), "-e", "sweep", "--continue-on-error", "--show-stdout",
+           "--warmup-num-prompts", str(warmup)]
     # vLLM's default binding: drop whatever the calling shell set.
     env = {k: v for k, v in os.environ.items()
            if k not in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")} | ENV
@@ -259,7 +260,13 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=48, help="tuner's requests_per_level")
     p.add_argument("--max-rounds", type=int, default=12, help="tuner's max_rounds")
     p.add_argument("--smoke", action="store_true", help="2 configurations, c=4, 1 run")
+    p.add_argument("--warmup-ablation", type=int, metavar="N", default=0,
+                   help="instead: vLLM's sweep alone, without and with N warm-up prompts per "
+                   "point, in turns, over seqs 16 and 64 x tokens 256 at c=16")
     a = p.parse_args()
+    if a.warmup_ablation:
+        warmup_ablation(a)
+        return
     configs = [(s, t) for s in (4, 16, 64) for t in (256, 2048)]
     levels = [4, 16]
     if a.smoke:
@@ -280,6 +287,30 @@ def main() -> None:
         print(f"run {i + 1}: tuner run ...", flush=True)
         tuners.append(run_tuner(model, configs, levels, a, folder / f"tuner{i + 1}"))
     report(sweeps, tuners, configs, levels)
+
+
+def warmup_ablation(a: argparse.Namespace) -> None:
+    """How much of the sweep's figure is its server's first requests: each point measured
+    without a warm-up (the tool's default) and with `a.warmup_ablation` warm-up prompts."""
+    os.chdir(REPO)
+    model, _, _ = tiny_vllm(a.model)
+    configs, levels = [(16, 256), (64, 256)], [16]
+    folder = Path(tempfile.mkdtemp(prefix="sweep-warmup-"))
+    print(f"machine: {machine()}\nvllm bench sweep serve, c=16, {a.num_prompts} prompts; "
+          f"logs in {folder}", flush=True)
+    rows: dict[Point, dict[int, list[float]]] = {}
+    for i in range(a.runs):
+        for warmup in (0, a.warmup_ablation):
+            got, _, _ = run_sweep(model, configs, levels, a.num_prompts,
+                                  folder / f"run{i + 1}-warmup{warmup}", warmup)
+            for point, value in got.items():
+                rows.setdefault(point, {}).setdefault(warmup, []).append(value)
+    warm_title = f"warm-up {a.warmup_ablation}"
+    print(f"\n seqs tokens   c  {'no warm-up (runs)':>22}  {warm_title:>22}")
+    for (seqs, tokens, c), by in sorted(rows.items()):
+        cold = ", ".join(f"{v:,.0f}" for v in by.get(0, []))
+        warm = ", ".join(f"{v:,.0f}" for v in by.get(a.warmup_ablation, []))
+        print(f"{seqs:>5} {tokens:>6} {c:>3}  {cold:>22}  {warm:>22}")
 
 
 if __name__ == "__main__":
