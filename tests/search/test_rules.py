@@ -158,7 +158,8 @@ def test_the_incumbent_is_the_lower_end_of_the_best_sla_meeting_trial_until_one_
     assert rules.incumbent_floor([], sla) is None
     assert rules.incumbent_floor([_trial(0, 900.0, meets=False)], sla) is None
     trials = [_trial(0, 900.0, meets=False), _trial(1, 500.0, ci=50.0), _trial(2, 480.0)]
-    assert rules.incumbent_floor(trials, sla) == 480.0  # 500 ± 50 is not clearly above 480
+    # 500 ± 50 is not clearly above 480, and another server may measure 15% less.
+    assert rules.incumbent_floor(trials, sla) == pytest.approx(480.0 * 0.85)
     trials.append(_trial(3, 450.0, ci=20.0, confirmed=470.0))
     # A confirmed figure outranks first runs; the two servers of trial 3 measured 450 and 470,
     # a spread the floor now carries: 470 less t(1) x 3.07% x 470.
