@@ -9,6 +9,8 @@ whole suite:
 reparented when their server's process group is killed, so their CPU is missing there. This
 reads them all. A process is counted from its first sample (from 0 if it started after this
 script did) to its last, so up to `--every` seconds of each process's end can be missed.
+
+`--smoke`: measures a Python loop that keeps one core busy for 2 s, sampled every 0.2 s.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ KINDS = (
     ("-m pytest", "pytest (main)"),
 )
 
+# What `--smoke` measures: one core busy for 2 s.
+SMOKE_LOOP = ("import itertools, time; end = time.monotonic() + 2; "
+              "any(time.monotonic() > end for _ in itertools.count())")
+
 
 def kind_of(proc: psutil.Process) -> str | None:
     try:
@@ -57,9 +63,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--every", type=float, default=2.0, help="seconds between samples")
     p.add_argument("--top", type=int, default=12, help="kinds to print")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: measure a Python loop that keeps one core busy for 2 s")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     a = p.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if a.smoke:
+        if command:
+            sys.exit("--smoke measures its own command: give none")
+        command = [sys.executable, "-c", SMOKE_LOOP]
+        a.every = 0.2
     if not command:
         sys.exit("command: give the command to measure after --, e.g. -- make test")
 

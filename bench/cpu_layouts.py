@@ -5,6 +5,10 @@ concurrency. Run by hand (it starts vLLM):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/cpu_layouts.py [--servers 2] [--rounds 6]
 
+`--smoke`: one server per layout, 2 rounds of 8 requests at c=4, each server the repository's
+fake engine (tests/fake_engine.py) started through the same adapter, launcher and layouts (seconds;
+its figures are the fake's timetable, not vLLM's).
+
 Layouts (on the first two cores):
 - `one core`: every process of the server and the load generator on core 0 (tuner before the
   layout: the trial's slot was its ranks' cores only);
@@ -25,7 +29,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.loadgen import Repeats, run_sweep
 from tuner.measure.prompts import sweep_prompts
@@ -61,7 +65,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 server per layout, 2 short rounds, on the fake engine")
     a = p.parse_args()
+    if a.smoke:
+        a.servers, a.concurrency, a.requests, a.rounds = 1, 4, 8, 2
+        print(SMOKE_HEADER, flush=True)
 
     model, vocab, settings = tiny_vllm(a.model)
     config = {"tensor_parallel_size": 1, "max_batch_size": a.max_num_seqs,
@@ -72,6 +81,8 @@ def main() -> None:
     prompts = sweep_prompts(w, Path(model), vocab, a.requests * a.rounds + 8)
     rows: dict[str, list[tuple[float, float]]] = {name: [] for name in LAYOUTS}
     with tempfile.TemporaryDirectory() as tmp:
+        if a.smoke:
+            settings = fake_engine(settings, Path(tmp) / "fake")
         for k in range(a.servers):
             for name in LAYOUTS:
                 plan, server, client = serve(name, dataclasses.replace(settings), config, cores,

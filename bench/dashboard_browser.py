@@ -11,6 +11,9 @@ server reported ready (`tuner dashboard` imports the pages' modules and reads th
 before it serves); the next runs are later viewers; the last comes after the database changed
 (its modification time moved, as a study's write moves it), so every study is read again, as
 when a study is writing. The target is under 3 s on a 2-core machine.
+
+`--smoke`: 40 synthetic trials in a temporary folder, the first viewer and the one after a write
+only (seconds); far from the target's size.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -55,13 +59,25 @@ def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trials", type=int, default=5000)
     p.add_argument("--db", type=Path, default=Path("/tmp/tuner-dashboard-bench-choose.db"))
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--smoke", action="store_true", help="seconds: 40 trials in a temporary "
+                   "folder, the first viewer and the one after a write")
     a = p.parse_args()
+    if a.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            a.trials, a.runs, a.db = 40, 1, Path(tmp) / "dashboard-bench-choose.db"
+            print(f"smoke: {a.trials} synthetic trials, far from the target's size", flush=True)
+            run(a)
+        return
+    run(a)
+
+
+def run(a: argparse.Namespace) -> None:
+    from playwright.sync_api import sync_playwright
+
     storage = _database(a.db, a.trials, False, CHOOSE_STUDIES)
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -15,6 +15,9 @@ rerun: the page's caches hit), and prints the times. The target is a cold render
 
 The databases are kept at --db (default /tmp/tuner-dashboard-bench.db) and beside it
 (`-choose.db`), and reused by later runs with the same --trials; --rebuild makes them again.
+
+`--smoke`: 40 synthetic trials in databases of a temporary folder, one cold and one warm render
+of each page (seconds); far from the target's size.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -194,7 +198,20 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--runs", type=int, default=3, help="cold renders to time, per page")
     parser.add_argument("--pages", default="study,choose", help="study, choose or both")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: 40 trials in a temporary folder, one render of each page")
     args = parser.parse_args()
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.trials, args.runs, args.rebuild = 40, 1, True
+            args.db = Path(tmp) / "dashboard-bench.db"
+            print(f"smoke: {args.trials} synthetic trials, far from the target's size")
+            run(args)
+        return
+    run(args)
+
+
+def run(args: argparse.Namespace) -> None:
 
     pages = []
     if "study" in args.pages:

@@ -16,9 +16,49 @@
 # Needs only tuner's wheel and its dependencies, PyTorch with CUDA and nvidia-ml-py (install
 # them offline from a folder of wheels: docs/gpu-nodes.md, "GPU nodes without internet").
 # Run by hand on the node:  bash bench/device_check.sh [GPU type, default: what NVML reports]
+#
+# `bash bench/device_check.sh --smoke [GPU type, default H200]`: what runs without a GPU, in a
+# second, measuring nothing: step 1 (`tuner gpus --json`, where exit 4, no NVML, is "no GPU
+# here"), the measurement script's syntax and its tuner imports (PyTorch only looked up, not
+# imported), and the datasheet and model figures step 3 would compare with.
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 TUNER=${TUNER:-tuner}
+
+if [[ "${1:-}" == "--smoke" ]]; then
+  echo "== smoke: the checks that need no GPU; nothing is measured"
+  rc=0
+  "$TUNER" gpus --json >/dev/null 2>&1 || rc=$?
+  case $rc in
+    0) echo "tuner gpus --json: a GPU is here (run without --smoke to measure it)" ;;
+    4) echo "tuner gpus --json: exit 4, no NVML: no GPU here, the measurements are skipped" ;;
+    *) echo "tuner gpus --json failed (exit $rc)" >&2; exit "$rc" ;;
+  esac
+  "$PYTHON" - "${BASH_SOURCE[0]}" "${2:-H200}" <<'SMOKE'
+import importlib.util
+import sys
+from pathlib import Path
+
+from tuner.plan import perfmodel as pm
+from tuner.spec.gpu_types import gpu_type
+
+text = Path(sys.argv[1]).read_text()
+opening = "<<'" + "PY'\n"  # the measurement script's heredoc, as step 2 runs it
+script = text.split(opening, 1)[1].split("\nPY\n", 1)[0]
+compile(script, "device_check.sh (measurement script)", "exec")
+torch = "installed" if importlib.util.find_spec("torch") else "NOT installed"
+print(f"measurement script: compiles; its tuner imports load; PyTorch {torch}")
+sheet, factors = gpu_type(sys.argv[2]), pm.load_calibration().factors
+print(f"what step 3 compares with for {sheet.name} (datasheet | model):")
+print(f"  HBM bandwidth, TB/s        {sheet.hbm_tb_s:10.2f} | "
+      f"{sheet.hbm_tb_s * factors['bw_eff']:.2f}")
+print(f"  BF16 dense matmul, TFLOP/s {sheet.bf16_dense_tflops:10.2f} | "
+      f"{sheet.bf16_dense_tflops * factors['dense_eff']:.2f}")
+if sheet.fp8_dense_tflops:
+    print(f"  FP8 dense matmul, TFLOP/s  {sheet.fp8_dense_tflops:10.2f} | unused")
+SMOKE
+  exit 0
+fi
 
 echo "== tuner gpus --json"
 "$TUNER" gpus --json | tee /tmp/tuner-device-check-gpus.json

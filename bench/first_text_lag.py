@@ -11,6 +11,10 @@ there) closed loop at `--concurrency`, reads every stream line by line and notes
 the time of its first choice and of its first non-empty text. It prints, per round and over
 all, how many requests had a first choice with empty text, how many had no text at all (guidellm
 fails those), and the medians of both TTFTs.
+
+`--smoke`: one round of 16 requests at c=4 against the repository's fake engine (tests/
+fake_engine.py) started as a trial starts vLLM: the whole path in seconds, but the fake streams
+text in every chunk, so its empty-text counts say nothing about vLLM's.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen_vs_vllm_bench import as_sent, shared_prompts  # noqa: E402
-from tiny_vllm import tiny_vllm  # noqa: E402
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm  # noqa: E402
 
 from tuner.measure.client import completion_body  # noqa: E402
 from tuner.serve.engines import get_adapter  # noqa: E402
@@ -111,9 +115,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--server-cores", type=int, default=None,
                    help="hold the server to this many of the first cores, this client to the rest")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 round of 16 requests, on the fake engine")
     a = p.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    if a.smoke:
+        a.concurrency, a.requests, a.warmup, a.output_len, a.rounds = 4, 16, 2, 16, 1
+        print(SMOKE_HEADER, flush=True)
 
     model, _, settings = tiny_vllm(a.model)
+    if a.smoke:
+        settings = fake_engine(settings, Path(tmp.name) / "fake")
     inv = cpu_inventory()
     server_cpus = client_cpus = None
     if a.server_cores is not None:
@@ -125,8 +137,8 @@ def main() -> None:
         {"tensor_parallel_size": 1, "max_num_seqs": a.max_num_seqs}, settings,
         host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
     rows, every = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(plan, Path(tmp) / "server", cpus=server_cpus)
+    with tmp:
+        server = ServerProcess(plan, Path(tmp.name) / "server", cpus=server_cpus)
         server.start()
         if client_cpus is not None:
             os.sched_setaffinity(0, client_cpus)

@@ -9,6 +9,10 @@ the server alternated `--pairs` times (a fresh server each). A round is stalled 
 requests took over 300 ms to its first token. With the kernel's scheduler autogroups on, a new
 session is a CPU-scheduling group of its own, so the server and the load generator are scheduled
 as two groups, not as their threads; the table says whether autogroups were on.
+
+`--smoke`: one pair, 2 rounds of 32 requests, each server the repository's fake engine (tests/
+fake_engine.py) started both ways through the same adapter and launcher (seconds; what stalls
+there is the fake's and the client's, not vLLM's).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.prompts import synthetic_token_prompts
@@ -55,12 +59,19 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=24)
     p.add_argument("--requests", type=int, default=48)
     p.add_argument("--pairs", type=int, default=2)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 pair, 2 rounds of 32 requests, on the fake engine")
     a = p.parse_args()
+    if a.smoke:
+        a.rounds, a.requests, a.pairs = 2, 32, 1
+        print(SMOKE_HEADER, flush=True)
 
     model, vocab, settings = tiny_vllm(a.model)
     inv = cpu_inventory()
     worst: dict[str, list[float]] = {way: [] for way in WAYS}
     with tempfile.TemporaryDirectory() as tmp:
+        if a.smoke:
+            settings = fake_engine(settings, Path(tmp) / "fake")
         for pair in range(a.pairs):
             order = list(WAYS) if pair % 2 == 0 else list(reversed(WAYS))
             for way in order:

@@ -16,6 +16,9 @@ per wall second and `client CPU ms / 1k chunks` its cost, both from the level's 
 if anything overstated), and `client ceiling` the chunks one saturated core of client would
 sustain. On a machine shared with the server (and with other work), `chunks/s` is bounded by the
 CPU the client gets; the ceiling is what it would do with a core of its own.
+
+`--smoke`: one level, c=8, 32 requests of 64 tokens (seconds): far too little load to say
+anything of the target.
 """
 
 from __future__ import annotations
@@ -74,7 +77,12 @@ def main() -> None:
     # paces the writes, as a real server's decode steps do: more wake-ups per chunk.
     parser.add_argument("--itl-ms", type=float, default=0.0)
     parser.add_argument("--chunks-per-write", type=int, default=16)
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: one level, c=8, 32 requests of 64 tokens")
     args = parser.parse_args()
+    if args.smoke:
+        args.levels, args.output_len, args.min_requests = [8], 64, 32
+        print("smoke: one small level, far too little load to judge the target", flush=True)
 
     script = Script(itl_s=args.itl_ms / 1000, chunks_per_write=args.chunks_per_write)
     with serve_in_process(script) as (url, pid):

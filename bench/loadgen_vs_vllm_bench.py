@@ -78,6 +78,10 @@ What each figure means, per client (from their source):
 - TPOT: each request's mean gap after its first token: vllm bench (last chunk - first) /
   (tokens - 1); tuner (end of stream - first) / (tokens - 1), so it also holds the usage chunk;
   guidellm calls this its ITL and weights each request by its tokens - 1 (equal here).
+
+`--smoke`: one round of 16 requests at c=4, tuner and the real `vllm bench serve` together,
+against the repository's fake engine (tests/fake_engine.py) started as a trial starts vLLM; no
+guidellm (a venv of its own). The whole path in seconds; the figures are the fake's timetable.
 """
 
 from __future__ import annotations
@@ -87,7 +91,6 @@ import dataclasses
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,28 +98,22 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from figures import Figures
+from figures import REFERENCE, Figures, beside, round_line, table, verdicts
 from guidellm_client import guidellm_result, run_guidellm, start_guidellm
-from scipy import stats
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.client import Prompt
-from tuner.measure.loadgen import MIN_ROUNDS, run_sweep
+from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import as_text, corpus_token_prompts
-from tuner.measure.stats import CONFIDENCE
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import cpu_inventory
 from tuner.serve.launcher import ServerProcess, free_port
 from tuner.spec.sla import SLA
 
-REFERENCE = "vllm bench"
 PROMPT_SETS = ("corpus", "random")
 GUIDELLM_DEFAULT = ".tuner/guidellm/bin/guidellm"
-AGREE = 0.05  # the issue's bar for output tok/s and median TTFT
-COLUMNS = (("output tok/s", "output_tok_s"), ("TTFT p50 ms", "ttft_p50_ms"),
-           ("ITL p50 ms", "itl_p50_ms"), ("TPOT p50 ms", "tpot_p50_ms"))
 
 
 def shared_prompts(kind: str, model: str, a, seed: int) -> list[Prompt]:
@@ -305,100 +302,6 @@ def own_autogroup(nice: int) -> None:
                  f"leader) on a kernel with scheduler autogroups, or leave the option out")
 
 
-def beside(kind: str) -> str:
-    """The row of the vllm bench run that ran at the same time as guidellm's (together, each
-    other client is paired with a vllm bench run of its own)."""
-    return f"{REFERENCE} beside {kind}"
-
-
-def is_reference(who: str) -> bool:
-    return who.partition(" · ")[0].startswith(REFERENCE)
-
-
-def reference_of(who: str, row: dict[str, Figures]) -> str:
-    """The row a client's ratios are taken to: the vllm bench run on the same prompts that ran
-    beside it (together), or vllm bench on the same prompts (in turns); a vllm bench row is its
-    own."""
-    if is_reference(who):
-        return who
-    kind, sep, prompts = who.partition(" · ")
-    paired = beside(kind) + sep + prompts
-    return paired if paired in row else REFERENCE + sep + prompts
-
-
-def round_line(r: int, got: dict[str, Figures]) -> str:
-    parts = [f"{who} {f.output_tok_s:,.0f} tok/s, TTFT {f.ttft_p50_ms:.1f} ms"
-             for who, f in got.items()]
-    return f"round {r}: " + " | ".join(parts)
-
-
-def _fmt(value: float | None, width: int, spec: str = ",.1f") -> str:
-    return f"{'—':>{width}}" if value is None else f"{value:>{width}{spec}}"
-
-
-def table(rows: list[dict[str, Figures]]) -> list[str]:
-    """One row per client: the medians over rounds, then each figure's ratio to vllm bench's
-    as the median of the per-round ratios with their range."""
-    clients = list(rows[0])
-    width = max(len(c) for c in clients) + 2
-    head = (f"{'client':<{width}}" + "".join(f"{name:>13}" for name, _ in COLUMNS)
-            + f"{'in tok/req':>11}")
-    head += "".join(f"{'÷ ' + name.split()[0]:>20}" for name, _ in COLUMNS)
-    lines = [head]
-    for who in clients:
-        cells = []
-        for _, field in COLUMNS:
-            values = [getattr(row[who], field) for row in rows]
-            cells.append(_fmt(None if None in values else statistics.median(values), 13))
-        line = f"{who:<{width}}" + "".join(cells)
-        line += _fmt(statistics.median(row[who].input_tokens for row in rows), 11, ".1f")
-        for _, field in COLUMNS:
-            ratios = [getattr(row[who], field) / getattr(row[reference_of(who, row)], field)
-                      for row in rows if getattr(row[who], field) is not None]
-            line += (f"{'—':>20}" if not ratios else
-                     f"{statistics.median(ratios):>9.3f} [{min(ratios):.2f}–{max(ratios):.2f}]")
-        lines.append(line)
-    return lines
-
-
-def median_interval(ratios: list[float]) -> tuple[float, float]:
-    """A bootstrap interval of the median of the per-round ratios at tuner's confidence (95%;
-    percentile method: BCa's jackknife is degenerate for a median of a few rounds)."""
-    if len(ratios) < MIN_ROUNDS or len(set(ratios)) == 1:
-        return min(ratios), max(ratios)
-    ci = stats.bootstrap((ratios,), np.median, confidence_level=CONFIDENCE, method="percentile",
-                         n_resamples=9999, random_state=np.random.default_rng(0)
-                         ).confidence_interval
-    return float(ci.low), float(ci.high)
-
-
-def verdicts(rows: list[dict[str, Figures]]) -> list[str]:
-    """Within the bar only when the whole 95% interval of the median ratio is; outside it only
-    when the whole interval is; otherwise this run's rounds vary too much to tell."""
-    out = []
-    for who in rows[0]:
-        if is_reference(who):
-            continue
-        ref = reference_of(who, rows[0])
-        for name, field in COLUMNS[:2]:
-            ratios = [getattr(row[who], field) / getattr(row[ref], field) for row in rows]
-            ratio = statistics.median(ratios)
-            low, high = median_interval(ratios)
-            if len(rows) < MIN_ROUNDS:
-                mark = (f"undecided: fewer than {MIN_ROUNDS} rounds give no interval (pass "
-                        f"--rounds {MIN_ROUNDS} or more)")
-            elif 1 - AGREE <= low and high <= 1 + AGREE:
-                mark = f"within {AGREE:.0%}"
-            elif high < 1 - AGREE or low > 1 + AGREE:
-                mark = f"NOT within {AGREE:.0%}"
-            else:
-                mark = (f"undecided: the rounds vary too much to tell {AGREE:.0%} "
-                        "(more --rounds narrow the interval)")
-            out.append(f"{who} {name}: {ratio:.3f} of {ref}'s [{CONFIDENCE:.0%} interval "
-                       f"{low:.3f}–{high:.3f}], {mark}")
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=".tuner/models/tiny-gpt-oss")
@@ -443,7 +346,13 @@ def main() -> None:
                    help="a folder to keep every client's raw results in (per request)")
     p.add_argument("--guidellm", default=GUIDELLM_DEFAULT,
                    help="guidellm's executable, or `none` to leave guidellm out")
+    p.add_argument("--smoke", action="store_true", help="seconds: 1 round of 16 requests, "
+                   "tuner and vllm bench together, on the fake engine")
     a = p.parse_args()
+    if a.smoke:
+        a.concurrency, a.requests, a.warmup, a.output_len, a.rounds = 4, 16, 2, 16, 1
+        a.guidellm = "none"
+        print(SMOKE_HEADER, flush=True)
     if not 0 <= a.output_spread < 1:
         sys.exit(f"--output-spread: {a.output_spread} is not in 0..1 (a share of --output-len); "
                  f"pass e.g. 0.5, or 0 for one length")
@@ -459,6 +368,9 @@ def main() -> None:
     if a.autogroup_nice is not None:
         own_autogroup(a.autogroup_nice)
     model, _, settings = tiny_vllm(a.model)
+    tmp = tempfile.TemporaryDirectory()
+    if a.smoke:
+        settings = fake_engine(settings, Path(tmp.name) / "fake")
     inv = cpu_inventory()
     server_cpus = client_cpus = None
     if a.server_cores is None:
@@ -484,10 +396,10 @@ def main() -> None:
     def row_name(kind: str, prompts: str) -> str:
         return kind if len(sets) == 1 else f"{kind} · {prompts}"
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = a.keep or Path(tmp)
+    with tmp:
+        out = a.keep or Path(tmp.name)
         out.mkdir(parents=True, exist_ok=True)
-        server = ServerProcess(plan, Path(tmp) / "server", cpus=server_cpus)
+        server = ServerProcess(plan, Path(tmp.name) / "server", cpus=server_cpus)
         server.start()
         if client_cpus is not None:  # this process and every client it starts from now on
             os.sched_setaffinity(0, client_cpus)

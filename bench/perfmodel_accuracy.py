@@ -15,6 +15,9 @@ with the reason. Then, per metric (tok/s per GPU, tok/s per user, TTFT), the med
 absolute error on calibration rows and on held-out rows separately, and the same for the
 max-throughput figures. `--refit` first refits the factors to the calibration rows and rewrites
 the shipped calibration file (its bands included).
+
+`--smoke`: the default run (published.csv, the shipped calibration), which takes seconds anyway;
+it never refits or writes.
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ def main() -> None:
     parser.add_argument("--refit", action="store_true",
                         help="refit to published.csv's calibration rows and rewrite the shipped "
                              "calibration")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the default run (seconds); refuses --refit and another CSV")
     args = parser.parse_args()
+    if args.smoke and (args.refit or args.csv != pm.PUBLISHED_FILE):
+        sys.exit("--smoke: the default run only, with neither --refit nor a CSV")
 
     fit_set = calibration_rows()
     if args.refit:

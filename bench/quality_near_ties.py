@@ -14,6 +14,12 @@ the default margin, every flip's gap (the narrower of the two sides' gaps, in na
 `out` when a token was not in the other side's top log-probabilities; `!` when the answer picks
 tokens its own log-probabilities rank lower: its decoding changed), the mean log-probability
 divergence over the shared contexts, and the diverging counts at other margins.
+
+`--smoke`: the reference and "TP1 again, new server" only, each on the repository's fake engine
+(tests/fake_engine.py) started through the same adapter and launcher, answering the gate's real
+prompts (seconds). The fake's answers and log-probabilities are a function of the prompt, not a
+model's numerics, so it checks the path (prompts, answers, comparison, table), not the margins;
+the faults need vLLM.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.quality import Answer, answer_all, quality_prompts
 from tuner.measure.quality_compare import compare, decodes_greedily, verdict
@@ -110,7 +116,12 @@ def main() -> None:
     p.add_argument("--load", help="judge the answers of an earlier --save; start no server")
     p.add_argument("--top-logprobs", type=int, default=QualitySpec().top_logprobs,
                    help="top log-probabilities asked per token (quality.top_logprobs)")
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: the reference and one other TP1 server, on the fake engine")
     a = p.parse_args()
+    if a.smoke:
+        a.only = ["TP1 again, new server"]
+        print(SMOKE_HEADER, flush=True)
     q = QualitySpec(top_logprobs=a.top_logprobs)
     if a.load:
         saved = json.loads(Path(a.load).read_text())
@@ -126,6 +137,8 @@ def main() -> None:
     runs: dict[str, list[Answer]] = {}
     wanted = [n for n in CONFIGS if not a.only or n in a.only or n == next(iter(CONFIGS))]
     with tempfile.TemporaryDirectory() as tmp:
+        if a.smoke:
+            settings = fake_engine(settings, Path(tmp) / "fake")
         for k, name in enumerate(wanted):
             params, extra = CONFIGS[name]
             extra = rope_override(model, 10000.0) if extra == "rope" else extra

@@ -12,6 +12,10 @@ while without speculation the two vary alike. The server is started the way a tr
 (vLLM adapter + launcher; prefix caching off, so a replayed prompt is computed again). Each
 run is one level of `--rounds` rounds (none stops early); the table prints, per kind of
 prompts, each run's round-to-round spread of output tok/s (sd/mean) and its draft acceptance.
+
+`--smoke`: one run of each kind, 2 rounds of 8 requests at c=4, on the repository's fake engine
+(tests/fake_engine.py) started as a trial starts vLLM (seconds). The fake does not speculate and
+publishes no metrics: its draft acceptance prints as nan, its spreads are its timetable's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.client import Prompt
 from tuner.measure.engine_metrics import read_spec_decode
@@ -73,9 +77,17 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--input-len", type=int, default=64)
     p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 run of each kind, 2 short rounds, on the fake engine")
     a = p.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    if a.smoke:
+        a.concurrency, a.requests, a.rounds, a.runs, a.warmup, a.output_len = 4, 8, 2, 1, 2, 16
+        print(SMOKE_HEADER, flush=True)
 
     model, _, settings = tiny_vllm(a.model)
+    if a.smoke:
+        settings = fake_engine(settings, Path(tmp.name) / "fake")
     params = {"tensor_parallel_size": 1, "max_batch_size": 16, "max_num_tokens": 512}
     if a.speculative == "ngram":
         params |= {"speculative_method": "ngram", "num_speculative_tokens": a.draft}
@@ -83,8 +95,8 @@ def main() -> None:
     plan = get_adapter("vllm").launch_plan(params, settings, host="127.0.0.1", port=free_port(),
                                            inventory=inv, devices=list(inv.devices))
     rows: dict[str, list[tuple[float, float, float]]] = {"new prompts": [], "replayed": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(plan, Path(tmp) / "server")
+    with tmp:
+        server = ServerProcess(plan, Path(tmp.name) / "server")
         server.start()
         try:
             server.wait_ready(300)

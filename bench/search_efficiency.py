@@ -1,7 +1,11 @@
 """How many trials a search needs, through the real study loop: run by hand, prints a table.
 
     .venv/bin/python bench/search_efficiency.py [--seeds 3] [--budget 300] [--warm-start 5]
-                                                [--cold]
+                                                [--cold] [--smoke]
+
+`--smoke`: the first landscape, one seed, a budget of 5 trials, over a sub-space of its space
+(each parameter's first 2 values: writing the fake engine's file of every configuration takes
+most of a landscape's time): the whole path in seconds, no figure worth reading.
 
 Landscapes stand in for real measurements of the gpt-oss-120b spaces (vLLM on H200 and B200,
 TensorRT-LLM on B200). A landscape is not the model the warm start uses, so that the benchmark
@@ -38,6 +42,7 @@ measurement), median over seeds (">B" when the budget B ran out).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -71,6 +76,9 @@ WITHIN = 0.02
 # all, none takes over 1 s a request; a miss is a TTFT over the bench's 200 ms SLA.
 CONCURRENCY, TOKENS, FASTEST_TOK_S, SLOWEST_REQUEST_S = 8, 16, 1600.0, 1.0
 TTFT_S, MISS_TTFT_S, SLA_TTFT_MS = 0.005, 0.25, 200
+# The engine files read back with libyaml's safe loader where PyYAML has it: the same data as
+# yaml.safe_load, in a fraction of its time (a landscape reads one file per configuration).
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class Landscape:
     """The true objective of every configuration for one seed."""
 
@@ -95,17 +103,19 @@ class Landscape:
         self.params: dict[str, dict[str, Any]] = {}
         p = plan.prediction
         best_any = np.where(p.level_fits, p.tok_s_per_gpu, 0).max(axis=1)
+        # Properties that compute over every configuration: once, not once per configuration.
+        meets_sla, objective = plan.meets_sla, plan.objective
         for m in range(len(plan.modeled)):
             params = plan.params(m)
             key = config_key(params)
             scale = math.exp(rng.normal(0, CONFIG_SIGMA))
             for name, v in params.items():
                 scale *= effect[(name, repr(v))]
-            meets = bool(plan.meets_sla[m].any())
+            meets = bool(meets_sla[m].any())
             self.meets[key] = meets
             self.params[key] = params
             self.fits[key] = bool(p.config_fits[m, 0])
-            self.value[key] = float((plan.objective[m] if meets else best_any[m]) * scale)
+            self.value[key] = float((objective[m] if meets else best_any[m]) * scale)
         self.best = max(v for k, v in self.value.items() if self.meets[k] and self.fits[k])
 
     def good(self, key: str) -> bool:
@@ -161,7 +171,7 @@ def write_landscape(land: Landscape, ctx: StudyContext, path: Path) -> None:
         plan = ctx.adapter.launch_plan(params, ctx.settings, host="127.0.0.1", port=1,
                                        inventory=ctx.inventory,
                                        devices=list(ctx.inventory.devices), workdir=None)
-        file = yaml.safe_load(next(iter(plan.files.values()))) or {}
+        file = yaml.load(next(iter(plan.files.values())), Loader=YAML_LOADER) or {}
         if not land.fits[key]:
             configs[config_id(file)] = {"fail": "crash"}
             continue
@@ -174,9 +184,11 @@ def write_landscape(land: Landscape, ctx: StudyContext, path: Path) -> None:
 
 
 def search(land: Landscape, target: OfflineStudy, spec: StudySpec, folder: Path, name: str,
-           budget: int, seed: int, k: int) -> tuple[int | None, float]:
+           budget: int, seed: int, k: int, strict: bool = False) -> tuple[int | None, float]:
     """Trials launched by a real study until one is within 2% of the best (None: not within the
-    budget), and the study's wall seconds."""
+    budget), and the study's wall seconds. `strict` (the smoke run): stop where the fake engine
+    refused an engine file the landscape does not hold (its default): the bench no longer
+    writes the files tuner launches."""
     ctx = context(target, bench_spec(spec, folder, budget, seed), name)
     reached = threading.Event()
     done = threading.Event()
@@ -209,10 +221,22 @@ def search(land: Landscape, target: OfflineStudy, spec: StudySpec, folder: Path,
         seconds = time.perf_counter() - t0
     trials = launched()
     ctx.store.close()
+    refused = [t for t in trials if "this fake engine" in (t.failure_reason or "")]
+    if strict and refused:
+        sys.exit(f"trial {refused[0].number}: the fake engine has no behaviour for its engine "
+                 f"file ({refused[0].failure_reason}): the landscape misses tuner's files")
     for i, t in enumerate(trials):
         if land.good(config_key(t.params)):
             return i + 1, seconds
     return None, seconds
+
+
+def sub_space(target: OfflineStudy, n: int) -> OfflineStudy:
+    """`target` with each parameter cut to its first `n` values (the smoke run's space)."""
+    parameters = {name: decl.model_copy(update={"values": decl.values[:n]})
+                  for name, decl in target.space.parameters.items()}
+    return dataclasses.replace(target, space=target.space.model_copy(
+        update={"parameters": parameters}))
 
 
 def grid_position(land: Landscape, target) -> int:
@@ -236,13 +260,22 @@ def main() -> None:
                         help="the first N landscapes only")
     parser.add_argument("--cold", action="store_true",
                         help="also run TPE without the warm start (slow: it rarely gets there)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: the first landscape, one seed, a budget of 5 trials, "
+                        "each parameter's first 2 values")
     args = parser.parse_args()
+    if args.smoke:
+        args.landscapes, args.seeds, args.budget = 1, 1, 5
+        print("smoke: 1 landscape, 1 seed, a budget of 5 trials, each parameter's first 2 values: "
+              "no figure worth reading", flush=True)
 
     rows = []
     for spec_rel, gpu in LANDSCAPES[: args.landscapes]:
         spec_path = REPO / spec_rel
         spec = load_spec(spec_path)
         target = offline_study(spec, spec_path, gpu=gpu, engine=None)
+        if args.smoke:
+            target = sub_space(target, 2)
         screened = planner.screen(target)
         samplers = [("tpe+warm", args.k)] + ([("tpe", 0)] if args.cold else [])
         results: dict[str, list[int | None]] = {name: [] for name, _ in samplers}
@@ -259,7 +292,7 @@ def main() -> None:
                     write_landscape(land, probe, folder / "landscape.json")
                     probe.store.close()
                     n, secs = search(land, target, spec, folder, f"{name}-{seed}",
-                                     args.budget, seed, k)
+                                     args.budget, seed, k, strict=args.smoke)
                 results[name].append(n)
                 seconds += secs
                 print(f"  {spec.engine.name} {gpu} seed {seed} {name}: "

@@ -15,6 +15,10 @@ Each pair starts one server each way (alternating which goes first), the way a t
 (vLLM adapter + launcher), waits until it is ready, streams `--requests` requests of 32/32 tokens
 at c=4, and stops it. Printed per server and as medians: seconds to ready, seconds to the end of
 the requests, and the CPU seconds of the server's processes, read just before the stop.
+
+`--smoke`: one pair of 8 requests each, on the repository's fake engine (tests/fake_engine.py)
+started through the same adapter and launcher (seconds). The fake is one process whichever way:
+its start and CPU times are the fake's, and say nothing about vLLM's layouts.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 from pathlib import Path
 
 import psutil
-from tiny_vllm import tiny_vllm
+from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.prompts import synthetic_token_prompts
@@ -55,21 +59,30 @@ def main() -> None:
     p.add_argument("--model", default=".tuner/models/tiny-gpt-oss")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 pair of 8 requests each, on the fake engine")
     a = p.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    if a.smoke:
+        a.pairs, a.requests = 1, 8
+        print(SMOKE_HEADER, flush=True)
 
     model, vocab, settings = tiny_vllm(a.model)
+    if a.smoke:
+        settings = fake_engine(settings, Path(tmp.name) / "fake")
     inv = cpu_inventory()
     settings_of = {layout: dataclasses.replace(settings, env={**settings.env, **extra})
                    for layout, extra in LAYOUTS.items()}
     rows: dict[str, list[tuple[float, float, float]]] = {layout: [] for layout in LAYOUTS}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tmp:
         for pair in range(a.pairs):
             order = list(LAYOUTS) if pair % 2 == 0 else list(reversed(LAYOUTS))
             for layout in order:
                 plan = get_adapter("vllm").launch_plan(
                     {"tensor_parallel_size": 1, "max_num_seqs": 16}, settings_of[layout],
                     host="127.0.0.1", port=free_port(), inventory=inv, devices=list(inv.devices))
-                server = ServerProcess(plan, Path(tmp) / f"{pair}-{list(LAYOUTS).index(layout)}")
+                run_dir = Path(tmp.name) / f"{pair}-{list(LAYOUTS).index(layout)}"
+                server = ServerProcess(plan, run_dir)
                 started = time.time()
                 server.start()
                 try:

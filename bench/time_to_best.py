@@ -29,11 +29,17 @@ until both have happened (or the space is exhausted).
 
 Not measured: a warm-started TPE. The performance model that warm-starts a study has datasheet
 figures for GPU types only, so on this machine there is no model to warm-start from.
+
+`--smoke`: the same race, one TPE seed, on the repository's fake engine (tests/fake_engine.py)
+over 3 configurations (batch 4, 16, 64; the fake serves batch 64 three times as fast), levels of
+a few short rounds at c=4 and no quality gate (the fake's answers are not a model's): seconds,
+and nothing about vLLM or this space.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import statistics
@@ -44,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from tiny_vllm import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -63,22 +70,46 @@ from tuner.store import Store, TrialRecord  # noqa: E402
 
 SPACE = REPO / "bench" / "time_to_best_space.yaml"
 CONFIGS = 12
+SMOKE_CONFIGS = 3
 
 
-def study_spec(folder: Path, name: str, sampler: str, seed: int) -> Path:
+def study_spec(folder: Path, name: str, sampler: str, seed: int, smoke: bool = False) -> Path:
     spec = yaml.safe_load((REPO / "examples" / "tiny-moe-cpu.yaml").read_text())
     spec.update(name=name, search_space=str(SPACE), storage=f"sqlite:///{folder / 'tuner.db'}",
                 runs_dir=str(folder / "runs"))
     spec["sampler"] = {"name": sampler, "seed": seed, "n_startup_trials": 3}
     spec["budget"] = {**spec["budget"], "n_trials": CONFIGS, "timeout_min": None,
                       "confirm_top_k": 0}
+    if smoke:
+        smoke_spec(spec, folder)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
 
-def context(folder: Path, name: str, sampler: str, seed: int) -> StudyContext:
-    path = study_spec(folder, name, sampler, seed)
+def smoke_spec(spec: dict, folder: Path) -> None:
+    """The study served by the fake engine: 3 configurations, batch 64 three times as fast as
+    the others, levels of up to 3 rounds of 8 requests at c=4, no quality gate."""
+    from tests.fake_engine import LANDSCAPE_ENV, fake_vllm
+
+    space, landscape = folder / "smoke-space.yaml", folder / "landscape.json"
+    space.write_text(yaml.safe_dump({"name": "time-to-best-smoke", "engine": "vllm",
+                                     "parameters": {"max_batch_size": {"values": [4, 16, 64]}}}))
+    landscape.write_text(json.dumps({"default": {"ttft_s": 0.005, "itl_s": 0.003}, "rules": [
+        {"match": {"max-num-seqs": 64}, "itl_s": 0.001}]}))
+    spec["model"]["path"] = str(tiny_model(spec["model"]["path"]).resolve())
+    spec["search_space"] = str(space)
+    spec["engine"].update(executable=str(fake_vllm(folder / "bin")), ready_timeout_s=30,
+                          env={**spec["engine"]["env"], LANDSCAPE_ENV: str(landscape)})
+    spec["workload"].update(concurrency=[4], requests_per_level=8, max_rounds=3,
+                            warmup_requests=1, output_len=16)
+    spec["budget"]["n_trials"] = SMOKE_CONFIGS
+    spec["quality"] = {"enabled": False}
+
+
+def context(folder: Path, name: str, sampler: str, seed: int,
+            smoke: bool = False) -> StudyContext:
+    path = study_spec(folder, name, sampler, seed, smoke)
     return prepare(load_spec(path), path, storage_url=None, study_name=None,
                    say=lambda line: print(f"  [{name}] {line}", flush=True))
 
@@ -148,7 +179,7 @@ def grid_best(store: Store, name: str) -> tuple[TrialRecord, float]:
     return best, interval(level)[0]
 
 
-def race(ctx: StudyContext, goals: list[Reached]) -> None:
+def race(ctx: StudyContext, goals: list[Reached], configs: int = CONFIGS) -> None:
     """Run the study until each goal has been reached by a trial (the loop is stopped then)."""
     done, reached = threading.Event(), threading.Event()
 
@@ -163,7 +194,7 @@ def race(ctx: StudyContext, goals: list[Reached]) -> None:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        run_study(ctx, CONFIGS)
+        run_study(ctx, configs)
     except KeyboardInterrupt:
         if not reached.is_set():  # Ctrl-C or SIGTERM, not the watcher: stop the bench
             raise
@@ -172,23 +203,24 @@ def race(ctx: StudyContext, goals: list[Reached]) -> None:
         watcher.join()
 
 
-def run(seeds: int, folder: Path | None = None) -> str:
+def run(seeds: int, folder: Path | None = None, smoke: bool = False) -> str:
     """The grid study (unless `folder` holds one already), then one TPE study per seed racing
     to the grid's best, each a new study; returns the database's URL (kept, so the figures can
-    be read again: `--from URL`)."""
-    again = folder is not None
+    be read again: `--from URL`). `smoke`: a new race in `folder`, on the fake engine."""
+    again = folder is not None and not smoke
+    configs = SMOKE_CONFIGS if smoke else CONFIGS
     folder = folder or Path(tempfile.mkdtemp(prefix="time-to-best-"))
     print(f"studies in {folder / 'tuner.db'}", flush=True)
-    grid = context(folder, "grid", "grid", 0)
+    grid = context(folder, "grid", "grid", 0, smoke)
     if not again:
-        run_study(grid, CONFIGS)
+        run_study(grid, configs)
     _, floor = grid_best(grid.store, "grid")
     goals = [measured(floor), found(launched(grid.store, "grid"), floor)]
     taken = {s.name for s in grid.store.list_studies()}
     for seed in range(seeds):
         name = next(f"tpe-{seed}" + (f"-{k}" if k else "") for k in range(100)
                     if f"tpe-{seed}" + (f"-{k}" if k else "") not in taken)
-        race(context(folder, name, "tpe", seed), goals)
+        race(context(folder, name, "tpe", seed, smoke), goals, configs)
     return grid.storage_url
 
 
@@ -245,7 +277,15 @@ def main() -> None:
     ap.add_argument("--from", dest="url", help="report a kept run's database, running nothing")
     ap.add_argument("--again", type=Path, metavar="DIR", help="race new TPE studies against the "
                     "grid kept in DIR (a run whose races were cut short)")
+    ap.add_argument("--smoke", action="store_true", help="seconds: 3 configurations and one "
+                    "TPE seed on the fake engine, in a temporary folder")
     args = ap.parse_args()
+    if args.smoke:
+        print("smoke: served by the fake engine (tests/fake_engine.py), not vLLM: 3 "
+              "configurations, one TPE seed", flush=True)
+        with tempfile.TemporaryDirectory(prefix="time-to-best-smoke-") as tmp:
+            report(run(1, Path(tmp), smoke=True))
+        return
     report(args.url or run(args.seeds, args.again))
 
 

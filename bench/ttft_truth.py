@@ -13,6 +13,9 @@ parses the other streams' chunks). The table prints each client's median TTFT ov
 excess over the server's, and the median ITL against `--itl-ms`. With `--together` the two run
 at the same time (each with `--concurrency` in flight), so each client's excess is what it adds
 while the other shares the machine, as in `loadgen_vs_vllm_bench.py --together`.
+
+`--smoke`: one round of 16 requests at c=4, both clients in turns (seconds, most of them vllm
+bench's start): the whole path, too few requests for a verdict.
 """
 
 from __future__ import annotations
@@ -62,7 +65,13 @@ def main() -> None:
                         "(it starts --guidellm-delay s after vllm bench, as in "
                         "loadgen_vs_vllm_bench.py); default: none")
     p.add_argument("--guidellm-delay", type=float, default=5.0)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds: 1 round of 16 requests, both clients in turns")
     a = p.parse_args()
+    if a.smoke:
+        a.concurrency, a.requests, a.warmup, a.output_len, a.rounds = 4, 16, 2, 16, 1
+        a.together, a.guidellm = False, "none"
+        print("smoke: 1 round of 16 requests: too few for a verdict", flush=True)
     if a.guidellm != "none" and not (a.together and Path(a.guidellm).exists()):
         sys.exit(f"--guidellm: runs only with --together, and {a.guidellm} must exist (see "
                  f"loadgen_vs_vllm_bench.py for its install line)")
