@@ -393,12 +393,13 @@ def test_importance_rates_the_parameters_that_varied_over_distinct_configuration
 
 def test_importance_never_counts_a_crash_as_a_figure_and_names_what_it_leaves_out(url):
     w = StudyWriter(url, optuna_study=False)
-    w.complete(0, P(1, batch=4), [level(2, 100.0, 100.0)])
-    w.complete(1, {**P(1, batch=16), "num_speculative_tokens": 2}, [level(2, 300.0, 100.0)])
-    w.complete(2, P(2, batch=4), [level(2, 110.0, 100.0)])
-    w.fail(3, P(2, batch=16), "crash", "Segfault")
+    # The batch decides the figure; TP hardly; one configuration also has a draft length.
+    for i, (tp, batch) in enumerate([(tp, b) for tp in (1, 2) for b in (4, 16, 64)]):
+        extra = {"num_speculative_tokens": 2} if i == 0 else {}
+        w.complete(i, {**P(tp, batch=batch), **extra}, [level(2, 10.0 * batch + tp, 100.0)])
+    w.fail(6, P(2, batch=8), "crash", "Segfault")
     imp = dd.param_importances(w.data())
-    assert imp.complete == 3  # the crash is no figure of 0
+    assert imp.complete == 6  # the crash is no figure of 0
     assert imp.left_out == ["num_speculative_tokens"]
     assert "Left out: num_speculative_tokens, which some of them do not have." in imp.note
     assert max(imp.values, key=imp.values.get) == "max_batch_size"
