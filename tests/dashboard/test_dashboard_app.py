@@ -159,7 +159,7 @@ def test_a_study_with_only_failed_trials_explains_why_there_is_no_result(monkeyp
         assert reason in page
     assert "out of memory" in page  # a log tail
     show_tab(at, "Parameter importance")
-    assert "at least 2 complete trials" in text(at)
+    assert "at least 2 complete configurations" in text(at)
 
     at = open_page(monkeypatch, url, "views/trial.py", study="broken", trial="0")
     assert any("Segfault encountered" in e.value for e in at.error)
