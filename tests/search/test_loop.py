@@ -283,8 +283,8 @@ def test_no_trial_starts_that_would_not_end_with_the_head_to_head_in_the_time_li
     monkeypatch.setattr(loop, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     # What this machine charged, learnt from the trials run so far: a head-to-head of 3 is
     # 3 x (50 s start + 5 s warm-up) + 3 pairs x 3 rounds x 5 s = 210 s.
-    monkeypatch.setattr(loop, "costs", lambda trials: Costs(trial_s=100.0, measure_s=50.0,
-                                                             round_s=5.0) if trials else None)
+    monkeypatch.setattr(loop, "costs", lambda trials: Costs(
+        trial_s=100.0, measure_s=50.0, round_s=5.0, start_s=50.0) if trials else None)
 
     loop.run_study(ctx, n_trials=6, finalists=3)
 

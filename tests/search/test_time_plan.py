@@ -32,12 +32,13 @@ def test_costs_are_the_medians_of_the_trials_that_measured():
     crashed = replace(trial(7, 30, [replace(LEVEL, duration_s=0.1, rounds=1)]), state="failed")
     c = costs(trials + [crashed])
     assert (c.trial_s, c.measure_s, c.round_s) == (70, 30, 4)
+    assert c.start_s == 50  # a head-to-head's finalist starts as a trial that ran does
     assert costs([crashed]) is None  # no plan until a trial runs to a figure
     assert costs([replace(trial(9, 5, []), state="failed")]) is None
 
 
 def test_the_head_to_head_is_reserved_and_the_rest_is_trials():
-    c = Costs(trial_s=80, measure_s=30, round_s=3)
+    c = Costs(trial_s=80, measure_s=30, round_s=3, start_s=50)
     # 3 finalists: 3 starts and warm-up rounds (3 x 53 s), 3 pairs of 3 rounds (27 s).
     assert head_to_head_s(c, 3) == 3 * 53 + 3 * 3 * 3
     assert head_to_head_s(c, 1) == 0

@@ -27,13 +27,11 @@ class Costs:
     """What this machine charged, from the trials this run launched."""
 
     trial_s: float  # a trial, start to stop: server start, its sweep, the quality gate
-    measure_s: float  # of which measuring its levels
+    measure_s: float  # of a trial that ran to a figure, the time measuring its levels
     round_s: float  # one measurement round
-
-    @property
-    def start_s(self) -> float:
-        """A server's start and stop, and the trial's other work (the quality gate)."""
-        return max(self.trial_s - self.measure_s, 0.0)
+    # Of a trial that ran to a figure, the rest: its server's start and stop, the quality gate
+    # (what each finalist of the head-to-head pays again).
+    start_s: float = 0.0
 
 
 def costs(trials: list[TrialRecord]) -> Costs | None:
@@ -50,7 +48,10 @@ def costs(trials: list[TrialRecord]) -> Costs | None:
         trial_s=statistics.median((t.finished_at - t.started_at).total_seconds()
                                   for t in finished),
         measure_s=statistics.median(sum(m.duration_s for m in t.measurements) for t in ran),
-        round_s=statistics.median(rounds))
+        round_s=statistics.median(rounds),
+        start_s=statistics.median(max((t.finished_at - t.started_at).total_seconds()
+                                      - sum(m.duration_s for m in t.measurements), 0.0)
+                                  for t in ran))
 
 
 def head_to_head_s(c: Costs, finalists: int) -> float:
