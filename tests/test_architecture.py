@@ -35,6 +35,14 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def copy_project(root: Path) -> None:
+    """The package, the database models and the contracts, copied where a test may plant an
+    import."""
+    for part in ("tuner", "db"):
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", root)
+
+
 def test_the_layer_contracts_hold():
     proc = lint_imports(REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -42,10 +50,7 @@ def test_the_layer_contracts_hold():
 
 
 def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path):
-    for part in ("tuner", "db"):
-        shutil.copytree(REPO / part, tmp_path / part,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    copy_project(tmp_path)
     planted = tmp_path / "tuner" / "spec" / "errors.py"
     planted.write_text(planted.read_text() + "\nimport tuner.cli  # a spec reaching the CLI\n")
 
@@ -57,10 +62,7 @@ def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path
 
 
 def test_optuna_imported_outside_the_bridge_breaks_the_contract(tmp_path: Path):
-    for part in ("tuner", "db"):
-        shutil.copytree(REPO / part, tmp_path / part,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    copy_project(tmp_path)
     planted = tmp_path / "tuner" / "search" / "loop.py"
     planted.write_text(planted.read_text() + "\nimport optuna.samplers  # around the bridge\n")
 
@@ -82,10 +84,7 @@ def test_no_private_name_of_optuna_is_used():
 
 def test_the_contract_copy_is_checked_as_it_is_when_nothing_is_planted(tmp_path: Path):
     # The planted test above proves something only if the copy passes without the plant.
-    for part in ("tuner", "db"):
-        shutil.copytree(REPO / part, tmp_path / part,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    copy_project(tmp_path)
     assert lint_imports(tmp_path).returncode == 0
 
 

@@ -115,18 +115,24 @@ def test_the_winner_is_the_head_to_heads_pick_while_it_stands(tmp_path):
     assert study.head_to_head.pick == 1 and winner(study, store.trials("s")).number == 1
 
 
-def test_a_study_ends_with_its_finalists_head_to_head_on_the_fake_engine(tmp_path):
+def two_finalist_study(tmp_path):
+    """A study folder on the fake engine whose best two trials meet head to head: batch 4
+    serves faster than batch 16."""
+    import yaml
+
     landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.004},
                  "rules": [{"match": {"max-num-seqs": 4}, "ttft_s": 0.006, "itl_s": 0.0025}]}
     d = study_dir(tmp_path, landscape)
-    spec_path = d / "study.yaml"
-    import yaml
-
-    spec = yaml.safe_load(spec_path.read_text())
+    spec = yaml.safe_load((d / "study.yaml").read_text())
     spec["budget"]["confirm_top_k"] = 2
     spec["workload"].update(max_rounds=4, ci_target=0.05)
     spec["quality"] = {"enabled": False}
-    spec_path.write_text(yaml.safe_dump(spec))
+    (d / "study.yaml").write_text(yaml.safe_dump(spec))
+    return d
+
+
+def test_a_study_ends_with_its_finalists_head_to_head_on_the_fake_engine(tmp_path):
+    d = two_finalist_study(tmp_path)
     run = call_tuner("run", "study.yaml", cwd=d)
     assert run.code == 0, run.stdout[-3000:] + run.stderr
     assert "head-to-head: 2 finalists, servers up together" in run.stdout
@@ -187,17 +193,7 @@ def test_finalists_that_cannot_be_up_together_meet_in_fresh_servers_in_a_mirrore
         tmp_path, monkeypatch):
     from tuner.search import head_to_head
 
-    landscape = {"default": {"ttft_s": 0.01, "itl_s": 0.004},
-                 "rules": [{"match": {"max-num-seqs": 4}, "ttft_s": 0.006, "itl_s": 0.0025}]}
-    d = study_dir(tmp_path, landscape)
-    spec_path = d / "study.yaml"
-    import yaml
-
-    spec = yaml.safe_load(spec_path.read_text())
-    spec["budget"]["confirm_top_k"] = 2
-    spec["workload"].update(max_rounds=4, ci_target=0.05)
-    spec["quality"] = {"enabled": False}
-    spec_path.write_text(yaml.safe_dump(spec))
+    d = two_finalist_study(tmp_path)
     # As on a GPU node too small for both finalists at once.
     monkeypatch.setattr(head_to_head, "placements", lambda ctx, trials: None)
     run = call_tuner("run", "study.yaml", cwd=d)
