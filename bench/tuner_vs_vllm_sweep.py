@@ -6,7 +6,8 @@ tuner grid study (`sampler: grid`, its confirmations and head-to-head), interlea
 sweep, tuner so that the machine's drift falls on both. Run by hand (it starts vLLM; ~40 min):
 
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/tuner_vs_vllm_sweep.py \
-        [--runs 2] [--num-prompts 200] [--requests 48] [--max-rounds 12] [--smoke]
+        [--runs 2] [--num-prompts 200] [--requests 48] [--max-rounds 12] [--smoke] \
+        [--warmup-ablation N | --layout-ablation]
 
 `--smoke`: 2 configurations at concurrency 4, few requests, one run of each (~4 minutes).
 
@@ -80,8 +81,17 @@ def machine() -> str:
             f"{'yes' if 'avx512f' in flags else 'no'}; {dt.datetime.now():%Y-%m-%d %H:%M}")
 
 
+# Where the sweep's processes run (--layout-ablation). "vllm": vLLM's default (the rank on
+# core 0, everything else floating). "client": the same, `vllm bench serve` held to core 1.
+# "tuner": tuner's layout with vLLM's own tools: the rank bound to core 0 by vLLM
+# (VLLM_CPU_OMP_THREADS_BIND=0), the sweep and so its server's frontend and client held to core 1.
+LAYOUTS = {"vllm": "vLLM's default", "client": "client on core 1",
+           "tuner": "frontend and client on core 1"}
+
+
 def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int,
-              folder: Path, warmup: int = 0) -> tuple[dict[Point, float], float, str]:
+              folder: Path, warmup: int = 0, layout: str = "vllm"
+              ) -> tuple[dict[Point, float], float, str]:
     """`vllm bench sweep serve` over the grid: output tok/s per point, wall seconds, and the
     server's own line saying where it bound the rank."""
     folder.mkdir(parents=True)
@@ -92,7 +102,8 @@ def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int
     # Greedy, as tuner's requests are: vLLM 0.32's bench no longer sends temperature 0, and the
     # tiny model's generation config sets none, so it would sample at temperature 1 (a different
     # request). --disable-tqdm only quiets the log. No warm-up requests: the tool's default.
-    bench = (f"{VLLM} bench serve --model {model} --host 127.0.0.1 --port {port} "
+    client = "taskset -c 1 " if layout == "client" else ""
+    bench = (f"{client}{VLLM} bench serve --model {model} --host 127.0.0.1 --port {port} "
              f"--dataset-name random --random-input-len 64 --random-output-len 64 "
              f"--num-prompts {prompts} --ignore-eos --temperature 0 --disable-tqdm")
     cmd = [str(VLLM), "bench", "sweep", "serve",
@@ -104,6 +115,9 @@ def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int
     # vLLM's default binding: drop whatever the calling shell set.
     env = {k: v for k, v in os.environ.items()
            if k not in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")} | ENV
+    if layout == "tuner":
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0"
+        cmd = ["taskset", "-c", "1", *cmd]
     log = folder / "sweep.log"
     start = time.monotonic()
     with log.open("w") as out:
@@ -263,7 +277,14 @@ def main() -> None:
     p.add_argument("--warmup-ablation", type=int, metavar="N", default=0,
                    help="instead: vLLM's sweep alone, without and with N warm-up prompts per "
                    "point, in turns, over seqs 16 and 64 x tokens 256 at c=16")
+    p.add_argument("--layout-ablation", action="store_true",
+                   help="instead: vLLM's sweep alone in three layouts (its default; its client on "
+                   "core 1; its frontend and client on core 1), in turns, over seqs 16 and 64 x "
+                   "tokens 256 at c=16")
     a = p.parse_args()
+    if a.layout_ablation:
+        layout_ablation(a)
+        return
     if a.warmup_ablation:
         warmup_ablation(a)
         return
@@ -311,6 +332,34 @@ def warmup_ablation(a: argparse.Namespace) -> None:
         cold = ", ".join(f"{v:,.0f}" for v in by.get(0, []))
         warm = ", ".join(f"{v:,.0f}" for v in by.get(a.warmup_ablation, []))
         print(f"{seqs:>5} {tokens:>6} {c:>3}  {cold:>22}  {warm:>22}")
+
+
+def layout_ablation(a: argparse.Namespace) -> None:
+    """How much of the gap between the tools is where the sweep's frontend and client run:
+    each point measured by vLLM's own sweep in each of LAYOUTS, in turns."""
+    os.chdir(REPO)
+    model, _, _ = tiny_vllm(a.model)
+    configs, levels = [(16, 256), (64, 256)], [16]
+    folder = Path(tempfile.mkdtemp(prefix="sweep-layout-"))
+    print(f"machine: {machine()}\nvllm bench sweep serve, c=16, {a.num_prompts} prompts; "
+          f"logs in {folder}", flush=True)
+    rows: dict[Point, dict[str, list[float]]] = {}
+    for i in range(a.runs):
+        for layout in LAYOUTS:
+            got, _, binding = run_sweep(model, configs, levels, a.num_prompts,
+                                        folder / f"run{i + 1}-{layout}", layout=layout)
+            print(f"  run {i + 1}, {LAYOUTS[layout]}: {binding}", flush=True)
+            for point, value in got.items():
+                rows.setdefault(point, {}).setdefault(layout, []).append(value)
+        print(f"  run {i + 1}: tuner run ...", flush=True)
+        res, _ = run_tuner(model, configs, levels, a, folder / f"run{i + 1}-tuner")
+        for point, value in res["points"].items():
+            rows.setdefault(point, {}).setdefault("tuner run", []).append(value)
+    columns = {**LAYOUTS, "tuner run": "tuner (its layout)"}
+    print("\n seqs tokens   c  " + "  ".join(f"{t:>30}" for t in columns.values()))
+    for (seqs, tokens, c), by in sorted(rows.items()):
+        cells = ("; ".join(f"{v:,.0f}" for v in by.get(col, [])) for col in columns)
+        print(f"{seqs:>5} {tokens:>6} {c:>3}  " + "  ".join(f"{cell:>30}" for cell in cells))
 
 
 if __name__ == "__main__":
