@@ -64,9 +64,9 @@ from tuner.plan import planner  # noqa: E402
 from tuner.plan.dry_run import OfflineStudy, offline_study  # noqa: E402
 from tuner.search.context import StudyContext  # noqa: E402
 from tuner.search.loop import run_study  # noqa: E402
-from tuner.search.rules import config_key, counts_toward_budget  # noqa: E402
 from tuner.spec.study_spec import StudySpec, load_spec  # noqa: E402
 from tuner.store import Store  # noqa: E402
+from tuner.verdict.rules import config_key, counts_toward_budget  # noqa: E402
 
 LANDSCAPES = [("examples/gpt-oss-120b.yaml", "H200"), ("examples/gpt-oss-120b.yaml", "B200"),
               ("examples/gpt-oss-120b-trtllm.yaml", "B200")]

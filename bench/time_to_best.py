@@ -56,7 +56,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tuner.search.context import StudyContext, prepare  # noqa: E402
 from tuner.search.loop import run_study  # noqa: E402
-from tuner.search.rules import (  # noqa: E402
+from tuner.spec.space import describe  # noqa: E402
+from tuner.spec.study_spec import load_spec  # noqa: E402
+from tuner.store import Store, TrialRecord  # noqa: E402
+from tuner.verdict.rules import (  # noqa: E402
     best_level,
     config_key,
     counts_toward_budget,
@@ -64,9 +67,6 @@ from tuner.search.rules import (  # noqa: E402
     met_sla,
     study_sla,
 )
-from tuner.spec.space import describe  # noqa: E402
-from tuner.spec.study_spec import load_spec  # noqa: E402
-from tuner.store import Store, TrialRecord  # noqa: E402
 
 SPACE = REPO / "bench" / "time_to_best_space.yaml"
 CONFIGS = 12

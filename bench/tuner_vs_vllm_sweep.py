@@ -56,11 +56,11 @@ import yaml
 from tiny_vllm import tiny_vllm
 
 from tuner.measure.stats import spread_of_interval
-from tuner.search.finalists import summary_lines
-from tuner.search.rules import winner
 from tuner.serve.launcher import free_port
 from tuner.spec.space import describe
 from tuner.store import Store
+from tuner.verdict.finalists import summary_lines
+from tuner.verdict.rules import winner
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM = REPO / ".venv" / "bin" / "vllm"

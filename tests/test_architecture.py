@@ -17,12 +17,12 @@ MAX_LINES = 500
 # Each rule has one definition; everything else calls it.
 RULES = {
     "config_key": "tuner/store/records.py",  # the store's claim needs it below the search
-    "best_level": "tuner/search/rules.py",
-    "objective": "tuner/search/rules.py",
-    "met_sla": "tuner/search/rules.py",
-    "is_confirmed": "tuner/search/rules.py",
-    "winner": "tuner/search/rules.py",
-    "launched": "tuner/search/rules.py",
+    "best_level": "tuner/verdict/rules.py",
+    "objective": "tuner/verdict/rules.py",
+    "met_sla": "tuner/verdict/rules.py",
+    "is_confirmed": "tuner/verdict/rules.py",
+    "winner": "tuner/verdict/rules.py",
+    "launched": "tuner/verdict/rules.py",
     "counts_toward_budget": "tuner/store/records.py",  # the store's atomic claim needs it below
     "sqlite_file": "tuner/store/bootstrap.py",
     "confidence_text": "tuner/measure/metrics.py",
@@ -71,6 +71,18 @@ def test_optuna_imported_outside_the_bridge_breaks_the_contract(tmp_path: Path):
     assert proc.returncode != 0
     assert "Optuna is reached through one bridge BROKEN" in proc.stdout
     assert "tuner.search.loop -> optuna" in proc.stdout
+
+
+def test_a_report_reaching_into_the_study_loop_breaks_the_contract(tmp_path: Path):
+    copy_project(tmp_path)
+    planted = tmp_path / "tuner" / "report" / "tables.py"
+    planted.write_text(planted.read_text() + "\nimport tuner.search.loop  # past the verdict\n")
+
+    proc = lint_imports(tmp_path)
+
+    assert proc.returncode != 0
+    assert "Reports read verdicts: of the search, only its Optuna bridge BROKEN" in proc.stdout
+    assert "tuner.report.tables -> tuner.search.loop" in proc.stdout
 
 
 def test_no_private_name_of_optuna_is_used():

@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import call_tuner
 from tests.e2e.conftest import REQUESTS_PER_LEVEL
-from tuner.search import rules
 from tuner.store import Store
+from tuner.verdict import rules
 
 pytestmark = pytest.mark.engine
 

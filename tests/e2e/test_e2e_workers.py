@@ -19,9 +19,9 @@ from optuna.trial import TrialState
 from sqlalchemy import create_engine, text
 
 from tests.conftest import TUNER, base_spec, fresh_pg_database, run_tuner, wait_for, write_yaml
-from tuner.search.rules import config_key
 from tuner.serve.launcher import group_members
 from tuner.store import ServerRecord, Store, TrialRecord
+from tuner.verdict.rules import config_key
 
 pytestmark = [
     pytest.mark.engine,

@@ -21,7 +21,6 @@ from tuner.plan.dry_run import offline_study
 from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
 from tuner.search.context import StudyContext, engine_settings
-from tuner.search.rules import config_key
 from tuner.search.trial import TrialResult
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import planned_inventory
@@ -31,6 +30,7 @@ from tuner.spec.space import infeasibility, load_space, shape_by_name
 from tuner.spec.study_spec import load_spec
 from tuner.store import Store
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.rules import config_key
 
 EXAMPLE = REPO / "examples" / "gpt-oss-120b.yaml"
 # A small gpt-oss-120b space: TP1 at memory fraction 0.4 cannot hold its 65 GB of weights on a

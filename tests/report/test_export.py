@@ -12,11 +12,11 @@ import yaml
 
 from tests.conftest import call_tuner
 from tuner.report.export import ExportRecord, write_export
-from tuner.search.rules import winner
 from tuner.serve.engines import get_adapter
 from tuner.spec.errors import NoResult
 from tuner.store import Store
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.rules import winner
 
 LEVEL = LevelMeasurement(
     concurrency=4, requests=16, errors=0, duration_s=2.0, input_tokens=512, output_tokens=1024,

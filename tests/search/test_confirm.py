@@ -11,8 +11,8 @@ import pytest
 from tests.report.test_export import LEVEL, add_trial, study_store
 from tuner.report.export import write_export
 from tuner.search.confirm import FALLBACK_TOLERANCE, candidates, judge
-from tuner.search.rules import winner
 from tuner.spec.sla import SLA
+from tuner.verdict.rules import winner
 
 SLA_ = SLA(ttft_p90_ms=100.0, min_tok_s_per_user_p90=50.0)  # the test study's (test_export)
 

@@ -14,11 +14,11 @@ from tests.conftest import call_tuner
 from tests.report.test_export import LEVEL
 from tests.search.test_quality_gate import study_dir
 from tuner.measure.stats import paired_ratio
-from tuner.search.finalists import AHEAD, BEHIND, TIED, Finalist, Verdict, pick, settled, verdicts
 from tuner.search.head_to_head import placements
-from tuner.search.rules import winner
 from tuner.serve.hardware import Inventory
 from tuner.store import HeadToHead, Store
+from tuner.verdict.finalists import AHEAD, BEHIND, TIED, Finalist, Verdict, pick, settled, verdicts
+from tuner.verdict.rules import winner
 
 
 def finalist(number: int, tok_s: list[float], *, gpus: int = 1,

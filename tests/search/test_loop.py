@@ -15,9 +15,9 @@ from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.search import loop, rules
 from tuner.search.bridge import load_or_create_study
 from tuner.search.context import StudyContext, prepare
-from tuner.search.rules import config_key
 from tuner.search.trial import TrialResult
 from tuner.spec.study_spec import load_spec
+from tuner.verdict.rules import config_key
 
 
 def scripted(launched: list[dict]):

@@ -13,9 +13,9 @@ from tests.conftest import call_tuner
 from tests.search.test_loop import landscape_study
 from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
-from tuner.search.rules import operating_points, pareto_front, pick_for_user
 from tuner.spec.errors import NoResult
 from tuner.spec.study_spec import ObjectiveSpec
+from tuner.verdict.rules import operating_points, pareto_front, pick_for_user
 
 # Batch 4 is quick per user when lightly loaded and slows as load grows; batch 16 starts slower
 # and holds up: at c=16 it has the throughput, at c=1 batch 4 has the per-user speed.

@@ -108,8 +108,8 @@ def _print_trials(trials, study=None) -> None:
 
 def _print_best(study, best, trials) -> None:
     from tuner.report.tables import objective_usd_per_mtok, quality_text, trial_measurements_frame
-    from tuner.search.rules import figure, is_confirmed, met_sla, server_spread_line
     from tuner.spec.space import describe
+    from tuner.verdict.rules import figure, is_confirmed, met_sla, server_spread_line
 
     out.for_study(study.gpu_type)
     out.print(f"\nbest of study {study.name}: trial {best.number}  {describe(best.params)}")
@@ -135,7 +135,7 @@ def _print_best(study, best, trials) -> None:
     out.print(_table(trial_measurements_frame(study, best, confirmation=True)))
     _print_convergence(study, best.confirmation)
     if study.head_to_head is not None:
-        from tuner.search.finalists import summary_lines
+        from tuner.verdict.finalists import summary_lines
 
         for line in summary_lines(study.head_to_head):
             out.print(f"  {line}")
@@ -167,7 +167,7 @@ def _print_convergence(study, levels) -> None:
 def _print_cost(study, trial, usd_per_mtok: float | None) -> None:
     """One line: USD per million output tokens, and the price it rests on (an example figure
     unless the spec set hardware.gpu_hour_usd)."""
-    from tuner.search.cost import device_unit, no_price_text, study_price
+    from tuner.verdict.cost import device_unit, no_price_text, study_price
 
     price = study_price(study)
     if price is None:

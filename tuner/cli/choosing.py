@@ -40,7 +40,7 @@ def choose(
     exported; exits 3 when none meets them."""
     from tuner.report.choice import GAP, choices_frame
     from tuner.report.export import default_formats, write_export
-    from tuner.search.choose import Targets, choose
+    from tuner.verdict.choose import Targets, choose
 
     store = _open(storage)
     chosen = _studies(store, studies)

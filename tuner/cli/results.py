@@ -55,7 +55,7 @@ def best(storage: StorageOpt = None, study: StudyOpt = None,
          min_tok_s_per_user: MinUserOpt = None) -> None:
     """The best trial that met the SLA (or, with --min-tok-s-per-user, the front's pick for
     that target); exits 3 when there is none."""
-    from tuner.search.rules import pick_for_user, winner
+    from tuner.verdict.rules import pick_for_user, winner
 
     store = _open(storage)
     chosen = _pick_study(store, study)
@@ -69,8 +69,8 @@ def best(storage: StorageOpt = None, study: StudyOpt = None,
 
 def _print_pick(study, trial, level, target: float) -> None:
     from tuner.report.tables import trial_measurements_frame
-    from tuner.search.cost import level_usd_per_mtok
     from tuner.spec.space import describe
+    from tuner.verdict.cost import level_usd_per_mtok
 
     out.print(f"\nfor at least {target:g} tok/s per user: trial {trial.number}  "
               f"{describe(trial.params)}")
@@ -103,7 +103,7 @@ def export(
     """Export the best configuration (or --trial N, or the front's pick for
     --min-tok-s-per-user X) as files a deploy runs as-is."""
     from tuner.report.export import WORKERS_FORMAT, Pick, default_formats, write_export
-    from tuner.search.rules import pick_for_user, winner
+    from tuner.verdict.rules import pick_for_user, winner
 
     store = _open(storage)
     chosen = _pick_study(store, study)

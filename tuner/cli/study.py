@@ -124,7 +124,7 @@ def _confirm(ctx, k: int, *, again: bool, ends: float | None = None) -> None:
 def _finish(ctx, export_dir: Path | None) -> None:
     """The study's trials, its winner and the winner's export."""
     from tuner.report.export import default_formats, write_export
-    from tuner.search.rules import winner
+    from tuner.verdict.rules import winner
 
     study = ctx.store.get_study(ctx.name)
     trials = ctx.store.trials(ctx.name)

@@ -13,12 +13,12 @@ from typing import Any
 
 from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
-from tuner.search.rules import config_key
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.space import ModelShape, SearchSpace, infeasibility, load_space
 from tuner.spec.study_spec import EngineSpec, StudySpec, resolve_space_path
+from tuner.verdict.rules import config_key
 
 DEPLOY_PORT = 8000
 

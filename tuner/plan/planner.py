@@ -23,13 +23,13 @@ import numpy as np
 
 from tuner.plan import perfmodel as pm
 from tuner.search.loop import WarmStart
-from tuner.search.rules import config_key
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.sla import SLA
 from tuner.spec.space import Check, ModelShape, SearchSpace, describe, known_shapes
 from tuner.spec.study_spec import StudySpec
+from tuner.verdict.rules import config_key
 
 SOURCE = "perfmodel"  # the store's source tag of every prediction
 

@@ -1,13 +1,13 @@
 """The ranked configurations of `tuner choose` as one table, for the terminal and the dashboard's
-Choose page alike (pure; `tuner.search.choose` ranks)."""
+Choose page alike (pure; `tuner.verdict.choose` ranks)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from tuner.report.tables import TOK_GPU, USD_MTOK, USER_P90
-from tuner.search.choose import Choice, gap
 from tuner.spec.space import describe
+from tuner.verdict.choose import Choice, gap
 
 __all__ = ["CHOICE_COLUMNS", "GAP", "choices_frame"]
 

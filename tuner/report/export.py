@@ -22,12 +22,12 @@ import tuner
 from tuner import DATA_DIR
 from tuner.report.portable import launch_script, portable_argv
 from tuner.report.stored_plan import deploy_plan
-from tuner.search.cost import study_price, trial_server_hour_usd, usd_per_mtok
-from tuner.search.rules import best_level, figure, study_sla
 from tuner.serve.engines import LaunchPlan, get_adapter
 from tuner.spec.errors import BadInput
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.cost import study_price, trial_server_hour_usd, usd_per_mtok
+from tuner.verdict.rules import best_level, figure, study_sla
 
 # 2 added `confirmation` (the winner's re-run in a fresh server); nothing of 1 changed.
 # 3 added the confirmation state `inconclusive`; nothing else changed.
@@ -35,7 +35,7 @@ from tuner.store.records import LevelMeasurement
 #   front: the level exported, and the target it was picked for); nothing else changed.
 # 5 added `price` (the device-hour price the costs rest on), objective.usd_per_mtok, and
 #   `usd_per_mtok` in each level of `measurements` and `confirmation.measurements` (USD per
-#   million output tokens, tuner.search.cost), and `quality` (the trial's answers against the
+#   million output tokens, tuner.verdict.cost), and `quality` (the trial's answers against the
 #   study's reference, its quality gate); nothing else changed.
 # 6 added quality.identical, quality.near_ties, quality.diverging, quality.failed and
 #   quality.rule (the tie-aware gate: answers by verdict, the rule that judged and why; None
@@ -72,7 +72,7 @@ class ObjectiveInfo(_Model):
     concurrency: int | None
     tok_s_per_user_p90: float | None
     min_tok_s_per_user: float | None  # the per-user target it was picked for; None: the winner
-    # Which run the value comes from (tuner.search.rules.figure): "head-to-head",
+    # Which run the value comes from (tuner.verdict.rules.figure): "head-to-head",
     # "confirmation" or "first run"; `measurements` and `confirmation` hold both runs.
     source: str
     usd_per_mtok: float | None  # USD per million output tokens at this level; None: no price

@@ -8,11 +8,11 @@ import pandas as pd
 
 from tuner.measure.metrics import confidence_text
 from tuner.measure.quality_compare import quality_figures
-from tuner.search.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per_mtok
-from tuner.search.rules import best_level, figure, study_sla, winner
 from tuner.spec.errors import NoResult
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement, QualityCheck
+from tuner.verdict.cost import level_usd_per_mtok, trial_server_hour_usd, usd_per_mtok
+from tuner.verdict.rules import best_level, figure, study_sla, winner
 
 # Which run a trial's figure comes from (`rules.figure`): first run, confirmation, head-to-head.
 FROM = "from"
@@ -20,7 +20,7 @@ FROM = "from"
 TOK_GPU = "tok/s/GPU"
 # The highest load (concurrency, or requests/s open loop) of a trial that met the SLA.
 LOAD_AT_SLA = "load at SLA"
-# USD per million output tokens at a level (tuner.search.cost), in every table that shows it.
+# USD per million output tokens at a level (tuner.verdict.cost), in every table that shows it.
 USD_MTOK = "USD/Mtok"
 # The per-user decode speed 90% of a level's requests reach.
 USER_P90 = "tok/s/user p90"

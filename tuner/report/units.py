@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from tuner.search.cost import device_unit
+from tuner.verdict.cost import device_unit
 
 _PER_GPU = re.compile(r"\b(tok/s/|tok/s per |output tok/s per |per )GPU\b")
 _GPUS = re.compile(r"^(GPUs|gpus)$")

@@ -4,7 +4,7 @@ winner is named.
 One short measurement on a noisy node can crown a configuration by luck (a lucky round, a warm
 page cache, a neighbour that went quiet). So the top K complete trials that met the SLA are
 re-run through the same serving path as a trial, in a fresh server each; the winner is the best
-confirmed one (see `tuner.search.rules.winner`). A confirmation that lands further from the
+confirmed one (see `tuner.verdict.rules.winner`). A confirmation that lands further from the
 first measurement than the measured intervals allow is `differs`; one that lands within them is
 `confirmed` only when both runs converged, else `inconclusive` (wide intervals that overlap say
 little), and said as such wherever the winner is shown.
@@ -18,7 +18,6 @@ from typing import Any
 
 from tuner.search import head_to_head
 from tuner.search.context import StudyContext
-from tuner.search.rules import met_sla, objective
 from tuner.search.serving import server_for
 from tuner.search.trial import serve_and_measure, sweep_for
 from tuner.serve.launcher import LaunchFailure
@@ -26,6 +25,7 @@ from tuner.spec.sla import SLA
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.rules import met_sla, objective
 
 DEFAULT_TOP_K = 3
 # Without an interval (a level measured in one round), a confirmation differs when its value is

@@ -9,7 +9,7 @@ the leader (the best first run) with the 95% interval of the pairs' log-ratios
 (`tuner.measure.stats.paired_ratio`): `ahead`, `behind`, or `tied` where the interval holds 1.
 The study picks a challenger only when it is ahead; between tied ones it picks the one on fewer
 devices, then the one with a TTFT p90 lower beyond the rounds' noise, else the first measured,
-and says why (`tuner.search.finalists.pick`).
+and says why (`tuner.verdict.finalists.pick`).
 
 On a CPU node the finalists' servers share the node (each in its trial's layout; only the one
 being measured is loaded). On a GPU node they run together where their devices fit side by side;
@@ -32,14 +32,14 @@ from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import sweep_prompts
 from tuner.measure.stats import paired_ratio
 from tuner.search.context import StudyContext
-from tuner.search.finalists import MIN_PAIRS, Finalist, Verdict, pick, settled, verdicts
-from tuner.search.rules import objective
 from tuner.search.serving import server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.launcher import LaunchFailure
 from tuner.spec.space import describe
 from tuner.store import HeadToHead, TrialRecord
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.finalists import MIN_PAIRS, Finalist, Verdict, pick, settled, verdicts
+from tuner.verdict.rules import objective
 
 
 def placements(ctx: StudyContext, trials: list[TrialRecord]) -> list[list[int]] | None:

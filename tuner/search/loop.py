@@ -36,7 +36,6 @@ from tuner.search.context import StudyContext
 from tuner.search.lessons import lessons, ruled_out, spec_at_fault
 from tuner.search.quality_gate import ensure_reference
 from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
-from tuner.search.rules import config_key, settled
 from tuner.search.startup import spread_choice
 from tuner.search.time_plan import costs, plan
 from tuner.search.trial import TrialResult, run_trial
@@ -47,6 +46,7 @@ from tuner.spec.space import (
     describe,
 )
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
+from tuner.verdict.rules import config_key, settled
 
 if TYPE_CHECKING:
     import optuna

@@ -14,8 +14,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from tuner.search.finalists import MIN_PAIRS
 from tuner.store import TrialRecord
+from tuner.verdict.finalists import MIN_PAIRS
 
 # The head-to-head is planned at its fewest pairs: it stops once decided, often there, and
 # past them it runs only while the time limit allows.

@@ -38,15 +38,6 @@ from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.quality_gate import check as quality_check
 from tuner.search.quality_gate import check_line
 from tuner.search.recovery import worker_id
-from tuner.search.rules import (
-    config_key,
-    incumbent_floor,
-    interval,
-    latency_miss,
-    objective,
-    pareto_values,
-    settled,
-)
 from tuner.search.serving import server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.engines import LaunchPlan
@@ -57,6 +48,15 @@ from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
 from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement, QualityCheck
+from tuner.verdict.rules import (
+    config_key,
+    incumbent_floor,
+    interval,
+    latency_miss,
+    objective,
+    pareto_values,
+    settled,
+)
 
 if TYPE_CHECKING:
     import optuna

@@ -284,5 +284,5 @@ def config_key(params: dict[str, Any]) -> str:
     """The identity of a configuration: two parameter sets are the same configuration exactly
     when their keys are equal (canonical JSON, so the key is also stable across processes). The
     store's claim refuses a configuration already running or done under this key; the search
-    (`tuner.search.rules`) and everything above use the same function."""
+    (`tuner.verdict.rules`) and everything above use the same function."""
     return json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)

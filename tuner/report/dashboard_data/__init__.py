@@ -4,7 +4,7 @@ Pure functions over the store's records (and Optuna's study, for importance). Th
 in `dashboard/` only draw what these return, and tests call them directly. Nothing here writes to
 the database, starts a server or imports the launcher: the dashboard is a reader that keeps working
 while a study writes. The domain rules (the winner, a trial's best level, what spends the budget, a
-configuration's identity) are `tuner.search.rules`'; the trials table's shared cells are
+configuration's identity) are `tuner.verdict.rules`'; the trials table's shared cells are
 `tuner.report.tables.trial_row`.
 
 `source` reads the store, `labels` names columns and cells, `studies` summarizes studies, `trials`
@@ -109,8 +109,8 @@ from tuner.report.dashboard_data.trials import (
     sort_trials,
     trials_frame,
 )
-from tuner.search.choose import BY, Targets  # the Choose page's inputs, as `tuner choose` takes
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
+from tuner.verdict.choose import BY, Targets  # the Choose page's inputs, as `tuner choose` takes
 
 __all__ = [
     "BY", "CHART_LIMIT", "CHOICE_COLUMNS", "H2H_COLUMNS", "head_to_head_frame",

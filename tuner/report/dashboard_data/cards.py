@@ -17,17 +17,17 @@ from tuner.report.dashboard_data.source import StudyData
 from tuner.report.dashboard_data.studies import best_of
 from tuner.report.export import write_export
 from tuner.report.tables import measurements_frame, quality_text
-from tuner.search import rules
-from tuner.search.cost import (
+from tuner.spec.errors import BadInput
+from tuner.spec.space import describe
+from tuner.store import StudyRecord, TrialRecord
+from tuner.verdict import rules
+from tuner.verdict.cost import (
     device_unit,
     level_usd_per_mtok,
     no_price_text,
     study_price,
     trial_server_hour_usd,
 )
-from tuner.spec.errors import BadInput
-from tuner.spec.space import describe
-from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["LEVEL_COLUMNS", "BestCard", "FailureGroup", "LaunchView", "best_card",
            "confirmation_text", "export_files", "failure_groups", "launch_view", "levels_frame",

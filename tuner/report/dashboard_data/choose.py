@@ -1,6 +1,6 @@
 """The Choose page's data: every study's measured points on one frame, coloured by GPU type and
 engine, and the configurations meeting a per-user target, ranked as `tuner choose` ranks them
-(`tuner.search.choose`), with the runners-up's gap to the winner."""
+(`tuner.verdict.choose`), with the runners-up's gap to the winner."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tuner.report.choice import CHOICE_COLUMNS, GAP, choices_frame
 from tuner.report.dashboard_data.labels import USD_MTOK, USER_P90
 from tuner.report.dashboard_data.points import POINT_COLUMNS
 from tuner.report.dashboard_data.source import StudyData
-from tuner.search.choose import Choice, Targets, choose
 from tuner.spec.errors import NoResult
+from tuner.verdict.choose import Choice, Targets, choose
 
 __all__ = ["CHART_LIMIT", "CHOICE_COLUMNS", "GAP", "HARDWARE", "Drawn", "Ranking",
            "choice_points", "drawn_points", "rank_studies"]

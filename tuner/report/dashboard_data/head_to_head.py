@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from tuner.report.dashboard_data.labels import TOK_GPU
-from tuner.search.finalists import summary_lines
 from tuner.store import StudyRecord, TrialRecord
+from tuner.verdict.finalists import summary_lines
 
 __all__ = ["H2H_COLUMNS", "head_to_head_frame", "head_to_head_lines"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tuner.report.dashboard_data.source import StudyData
-from tuner.search import rules
 from tuner.search.bridge import importances
+from tuner.verdict import rules
 
 __all__ = ["Importance", "param_importances"]
 

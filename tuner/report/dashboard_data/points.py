@@ -8,9 +8,9 @@ import pandas as pd
 
 from tuner.report.dashboard_data.labels import TOK_GPU, USD_MTOK, USER_P50, USER_P90
 from tuner.report.dashboard_data.source import StudyData
-from tuner.search.cost import server_hour_usd, study_price, usd_per_mtok
-from tuner.search.rules import non_dominated
 from tuner.spec.space import describe
+from tuner.verdict.cost import server_hour_usd, study_price, usd_per_mtok
+from tuner.verdict.rules import non_dominated
 
 __all__ = ["POINT_COLUMNS", "ParetoFront", "compare_points", "measured_points", "pareto_front",
            "parallelism"]

@@ -7,8 +7,8 @@ from typing import NamedTuple
 import pandas as pd
 
 from tuner.report.dashboard_data.source import StudyData, open_store, with_retry
-from tuner.search import rules
 from tuner.spec.space import describe
+from tuner.verdict import rules
 
 __all__ = ["PVM_COLUMNS", "PredictedVsMeasured", "load_predicted_vs_measured",
            "predicted_vs_measured"]

@@ -12,10 +12,10 @@ import pandas as pd
 from tuner.report.dashboard_data.labels import STATES, TOK_GPU, USER_P90, local_time
 from tuner.report.dashboard_data.source import StudyData
 from tuner.report.tables import state_counts
-from tuner.search import rules
 from tuner.spec.errors import NoResult
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
+from tuner.verdict import rules
 
 __all__ = ["StudySummary", "best_of", "compare_frame", "model_name", "overview_frame",
            "sla_text", "sla_user_floor", "summarize"]

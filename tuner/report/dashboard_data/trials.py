@@ -18,10 +18,10 @@ from tuner.report.dashboard_data.labels import (
 )
 from tuner.report.dashboard_data.source import StudyData
 from tuner.report.tables import FROM, LOAD_AT_SLA, QUALITY, trial_row
-from tuner.search import rules
-from tuner.search.cost import level_usd_per_mtok
 from tuner.spec.space import describe
 from tuner.store import TrialRecord
+from tuner.verdict import rules
+from tuner.verdict.cost import level_usd_per_mtok
 
 __all__ = ["filter_trials", "option_order", "param_columns", "progress_frame", "sort_trials",
            "trials_frame"]

@@ -1,4 +1,4 @@
-"""The search's domain rules, each written once (tuner.search.rules): a configuration's identity,
+"""The search's domain rules, each written once (tuner.verdict.rules): a configuration's identity,
 what spends the budget (the same in Python and in the store's SQL), the level a trial's objective
 comes from, and which trial wins."""
 
@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from tests.report.test_export import LEVEL
-from tuner.search import rules
-from tuner.search.rules import objective
 from tuner.spec.sla import SLA
 from tuner.store import Store
+from tuner.verdict import rules
+from tuner.verdict.rules import objective
 
 BASE = LEVEL  # a level that met the SLA; each test sets what it is about
 

@@ -10,8 +10,8 @@ import pytest
 from tests.choose_studies import synthetic_level
 from tests.report.test_dashboard_data import SPEC, P, StudyWriter
 from tuner.report import dashboard_data as dd
-from tuner.search.cost import level_usd_per_mtok, study_price, usd_per_mtok
 from tuner.spec.gpu_prices import price_table
+from tuner.verdict.cost import level_usd_per_mtok, study_price, usd_per_mtok
 
 
 def stored(tmp_path, gpu_type: str, hardware: dict | None = None):

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tuner.search.cost import level_usd_per_mtok, study_price
-from tuner.search.rules import counted_runs
 from tuner.spec.errors import BadInput, NoResult
 from tuner.spec.gpu_prices import DevicePrice
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
+from tuner.verdict.cost import level_usd_per_mtok, study_price
+from tuner.verdict.rules import counted_runs
 
 __all__ = ["BY", "Choice", "Targets", "candidates", "choose", "gap", "meets_targets", "rank"]
 

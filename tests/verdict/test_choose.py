@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.choose_studies import TARGET, h200_and_b200, synthetic_level
-from tuner.search.choose import Targets, choose, gap
 from tuner.spec.errors import NoResult
+from tuner.verdict.choose import Targets, choose, gap
 
 
 def ranked(writers, targets: Targets, by: str = "cost"):
