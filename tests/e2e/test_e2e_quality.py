@@ -28,8 +28,8 @@ from tuner.search.context import resolve_executable
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import cpu_inventory
 from tuner.serve.launcher import ServerProcess, free_port
+from tuner.spec.model_shape import read_model_shape
 from tuner.spec.quality_spec import QualitySpec
-from tuner.spec.space import read_model_shape
 from tuner.spec.study_spec import WorkloadSpec
 from tuner.store import Store
 

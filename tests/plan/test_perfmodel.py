@@ -15,7 +15,7 @@ from tests.conftest import REPO
 from tuner.plan import perfmodel as pm
 from tuner.serve.engines import get_adapter
 from tuner.spec.gpu_types import GpuType
-from tuner.spec.space import known_shapes
+from tuner.spec.model_shape import known_shapes
 
 G120 = pm.model_facts("gpt-oss-120b")
 CAL = pm.load_calibration()

@@ -24,9 +24,11 @@ from tuner.search.context import StudyContext, engine_settings
 from tuner.search.trial import TrialResult
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import planned_inventory
+from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import gpu_type
+from tuner.spec.model_shape import shape_by_name
 from tuner.spec.sla import SLA
-from tuner.spec.space import infeasibility, load_space, shape_by_name
+from tuner.spec.space import load_space
 from tuner.spec.study_spec import load_spec
 from tuner.store import Store
 from tuner.store.records import LevelMeasurement

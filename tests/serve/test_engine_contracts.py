@@ -17,7 +17,7 @@ from tuner.plan.dry_run import dry_run
 from tuner.serve.engines import EngineSettings, base, get_adapter
 from tuner.serve.hardware import planned_inventory
 from tuner.spec.gpu_types import gpu_type
-from tuner.spec.space import shape_by_name
+from tuner.spec.model_shape import shape_by_name
 from tuner.spec.study_spec import load_spec
 
 DATA = REPO / "tuner" / "serve" / "engines" / "data"

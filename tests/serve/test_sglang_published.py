@@ -16,7 +16,7 @@ from tests.conftest import REPO
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import planned_inventory
 from tuner.spec.gpu_types import gpu_type
-from tuner.spec.space import shape_by_name
+from tuner.spec.model_shape import shape_by_name
 
 PUBLISHED = yaml.safe_load(
     (REPO / "tests" / "serve" / "data" / "sglang-gpt-oss-benchmark.yaml").read_text())

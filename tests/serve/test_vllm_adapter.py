@@ -16,7 +16,7 @@ from tests.vllm_cli import parse_vllm_serve
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.spec.gpu_types import gpu_type
-from tuner.spec.space import shape_by_name
+from tuner.spec.model_shape import shape_by_name
 
 CPU2 = Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2 cores", host="h")
 GPU8 = Inventory(kind="gpu", type="H200", devices=tuple(range(8)), description="8 GPUs", host="h")

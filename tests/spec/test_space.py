@@ -10,8 +10,10 @@ import pytest
 from tests.conftest import write_yaml
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.spec.errors import BadInput
+from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import CPU, gpu_type
-from tuner.spec.space import ModelShape, SearchSpace, infeasibility, load_space, load_space_file
+from tuner.spec.model_shape import ModelShape
+from tuner.spec.space import SearchSpace, load_space, load_space_file
 from tuner.spec.study_spec import search_spaces_dir
 
 TINY = ModelShape(num_attention_heads=4, num_key_value_heads=2, num_experts=8, vocab_size=512)

@@ -15,8 +15,10 @@ from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
+from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
-from tuner.spec.space import ModelShape, SearchSpace, infeasibility, load_space
+from tuner.spec.model_shape import ModelShape
+from tuner.spec.space import SearchSpace, load_space
 from tuner.spec.study_spec import EngineSpec, StudySpec, resolve_space_path
 from tuner.verdict.rules import config_key
 

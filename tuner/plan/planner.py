@@ -25,9 +25,11 @@ from tuner.plan import perfmodel as pm
 from tuner.search.loop import WarmStart
 from tuner.serve.hardware import Inventory
 from tuner.spec.errors import BadInput
+from tuner.spec.feasibility import Check
 from tuner.spec.gpu_types import GpuType
+from tuner.spec.model_shape import ModelShape, known_shapes
 from tuner.spec.sla import SLA
-from tuner.spec.space import Check, ModelShape, SearchSpace, describe, known_shapes
+from tuner.spec.space import SearchSpace, describe
 from tuner.spec.study_spec import StudySpec
 from tuner.verdict.rules import config_key
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from tuner.plan import perfmodel as pm
 from tuner.spec.errors import BadInput
-from tuner.spec.space import known_shapes
+from tuner.spec.model_shape import known_shapes
 from tuner.spec.study_spec import StudySpec
 
 

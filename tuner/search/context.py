@@ -23,17 +23,11 @@ from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
 from tuner.spec.errors import BadInput
+from tuner.spec.feasibility import Check, infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
+from tuner.spec.model_shape import ModelShape, read_model_shape, shape_by_name
 from tuner.spec.names import check_study_name, folder_of
-from tuner.spec.space import (
-    Check,
-    ModelShape,
-    SearchSpace,
-    infeasibility,
-    load_space,
-    read_model_shape,
-    shape_by_name,
-)
+from tuner.spec.space import SearchSpace, load_space
 from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
 from tuner.store import QualityReference, Store, StoreError, mask_url
 

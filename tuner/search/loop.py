@@ -41,10 +41,8 @@ from tuner.search.time_plan import costs, plan
 from tuner.search.trial import TrialResult, run_trial
 from tuner.serve.slots import DevicePool
 from tuner.spec.errors import BadInput
-from tuner.spec.space import (
-    Check,
-    describe,
-)
+from tuner.spec.feasibility import Check
+from tuner.spec.space import describe
 from tuner.store import BudgetSpent, ConfigurationTaken, StoreError, TrialRecord, mask_url
 from tuner.verdict.rules import config_key, settled
 

@@ -1,4 +1,4 @@
-"""Declared search spaces: parameters with domains, conditions, and feasibility rules.
+"""Declared search spaces: parameters with domains and conditions.
 
 A space file (search_spaces/*.yaml) declares, per engine, parameters under tuner's canonical
 names (below; each engine adapter maps them to its own flags). A domain is a list of values, or
@@ -8,21 +8,19 @@ only on the architectures that have it). A parameter with `when` exists only whe
 it names (declared earlier) have the given values, so Optuna's define-by-run sampling never
 suggests, say, a draft length without speculation.
 
-Feasibility rules run before any launch: an infeasible sample costs no server.
+What cannot run is `tuner.spec.feasibility`'s; what the served model is, `tuner.spec.model_shape`'s.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tuner import DATA_DIR
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.yamlio import load_model, read_yaml
@@ -290,100 +288,3 @@ def load_space(path: Path, engine: str | None = None, gpu: GpuType | None = None
 
     f = load_space_file(path)
     return f.resolve(engine or next(iter(f.sections())), gpu or CPU, f" ({path})")
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What feasibility (and the performance model) needs to know about the served model."""
-
-    num_attention_heads: int
-    num_key_value_heads: int
-    num_experts: int  # 0 for a dense model
-    vocab_size: int
-    max_position_embeddings: int | None = None
-    num_hidden_layers: int | None = None
-    hidden_size: int | None = None
-    head_dim: int | None = None
-    experts_per_token: int | None = None
-
-    @property
-    def is_moe(self) -> bool:
-        return self.num_experts > 0
-
-
-def known_shapes() -> dict[str, dict]:
-    return yaml.safe_load((DATA_DIR / "models.yaml").read_text())
-
-
-def shape_by_name(name: str) -> ModelShape:
-    shapes = known_shapes()
-    if name not in shapes:
-        raise BadInput(f"model shape {name!r} is not in tuner/data/models.yaml: use one of "
-                       f"{', '.join(shapes)}")
-    s = shapes[name]
-    return ModelShape(
-        num_attention_heads=s["num_attention_heads"], num_key_value_heads=s["num_key_value_heads"],
-        num_experts=s["num_experts"], vocab_size=s["vocab_size"],
-        max_position_embeddings=s["max_position_embeddings"],
-        num_hidden_layers=s["num_hidden_layers"], hidden_size=s["hidden_size"],
-        head_dim=s["head_dim"], experts_per_token=s["experts_per_token"],
-    )
-
-
-def read_model_shape(model_dir: Path) -> ModelShape:
-    cfg_path = Path(model_dir) / "config.json"
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(
-            f"model.path {model_dir}: no readable config.json ({e.__class__.__name__}): "
-            "point model.path at a Hugging Face model directory, or name a known shape in "
-            "model.shape"
-        ) from e
-    heads = cfg.get("num_attention_heads")
-    if not isinstance(heads, int):
-        raise BadInput(f"model.path {model_dir}: config.json has no num_attention_heads")
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
-    return ModelShape(
-        num_attention_heads=heads,
-        num_key_value_heads=int(cfg.get("num_key_value_heads", heads)),
-        num_experts=int(experts or 0),
-        vocab_size=int(cfg["vocab_size"]),
-        max_position_embeddings=cfg.get("max_position_embeddings"),
-        num_hidden_layers=cfg.get("num_hidden_layers"),
-        hidden_size=cfg.get("hidden_size"),
-        head_dim=cfg.get("head_dim"),
-        experts_per_token=cfg.get("num_experts_per_tok"),
-    )
-
-
-# A further feasibility check (e.g. the performance model's memory fit): the reason, or None.
-Check = Callable[[dict[str, Any]], "str | None"]
-
-
-def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int, adapter, gpu,
-                  settings, checks: Sequence[Check] = (), per_rank: int = 1) -> str | None:
-    """Why this configuration cannot run, or None. Only facts the engines enforce live here;
-    engine-specific rules come from the adapter, then each of `checks` in order. `per_rank`:
-    the devices one rank is bound to (CPU cores per rank; 1 on a GPU node)."""
-    world = adapter.world_size(config)
-    tp = int(config.get("tensor_parallel_size", 1))
-    if world * per_rank > devices:
-        of = f" ({world} ranks x {per_rank} cores)" if per_rank > 1 else ""
-        return f"needs {world * per_rank} devices{of}, the node has {devices}"
-    if not config.get("enable_attention_dp") and shape.num_attention_heads % tp:
-        return f"TP {tp} does not divide the {shape.num_attention_heads} attention heads"
-    ep = adapter.expert_parallel_width(config)
-    if ep > 1 or config.get("enable_expert_parallel"):
-        if not shape.is_moe:
-            return "expert parallel needs a Mixture-of-Experts model"
-        if ep <= 1:
-            return "expert parallel over a single rank is the same as no expert parallel"
-        if shape.num_experts % ep:
-            return f"EP over {ep} ranks does not divide the {shape.num_experts} experts"
-    reason = adapter.infeasibility(config, shape, gpu, settings)
-    for check in checks:
-        if reason is not None:
-            break
-        reason = check(config)
-    return reason

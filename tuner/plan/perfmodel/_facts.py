@@ -13,7 +13,8 @@ import yaml
 
 from tuner.spec.errors import BadInput
 from tuner.spec.gpu_types import DATA, GpuType, gpu_types
-from tuner.spec.space import DEFAULT_DRAFT_LEN, known_shapes
+from tuner.spec.model_shape import known_shapes
+from tuner.spec.space import DEFAULT_DRAFT_LEN
 
 CALIBRATION_FILE = DATA / "perfmodel_calibration.json"
 PUBLISHED_FILE = DATA / "published.csv"

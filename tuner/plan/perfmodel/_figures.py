@@ -13,7 +13,7 @@ from tuner.plan.perfmodel._facts import facts, gpu_for_model, model_facts
 from tuner.plan.perfmodel._layout import parse_parallelism
 from tuner.plan.perfmodel._roofline import MAX, Setup, default_backend
 from tuner.spec.errors import BadInput
-from tuner.spec.space import known_shapes
+from tuner.spec.model_shape import known_shapes
 
 DEFAULT_LENGTH = 1024  # ISL/OSL assumed for a published figure that does not give them
 CALIBRATION_LENGTHS = ("1024", "1024")  # only figures published at these lengths calibrate

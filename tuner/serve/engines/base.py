@@ -11,7 +11,11 @@ import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+import yaml
+
 from tuner.serve.hardware import Inventory
+from tuner.spec.gpu_types import DATA, GpuType
+from tuner.spec.model_shape import ModelShape
 
 
 @dataclass
@@ -95,7 +99,7 @@ class EngineAdapter(Protocol):
         when neither the configuration nor the fixed settings give a max batch size."""
         ...
 
-    def infeasibility(self, config: dict[str, Any], shape: Any, gpu: Any,
+    def infeasibility(self, config: dict[str, Any], shape: ModelShape, gpu: GpuType,
                       settings: EngineSettings) -> str | None:
         """Engine-specific reasons a configuration cannot run (checked before any launch)."""
         ...
@@ -120,10 +124,6 @@ def moe_activations(engine: str, backend: str, arch: str) -> list[str] | None:
 @functools.cache
 def _moe_backend_table() -> dict[str, dict[str, Any]]:
     # Read once: feasibility asks this for every configuration of a space (tens of thousands).
-    import yaml
-
-    from tuner.spec.gpu_types import DATA
-
     return yaml.safe_load((DATA / "moe_backends.yaml").read_text())
 
 
@@ -143,7 +143,7 @@ def backend_infeasibility(engine: str, backend: str | None, arch: str,
     return None
 
 
-def gpu_server_infeasibility(engine: str, label: str, config: dict[str, Any], gpu: Any,
+def gpu_server_infeasibility(engine: str, label: str, config: dict[str, Any], gpu: GpuType,
                              settings: EngineSettings, tp: int, ep: int) -> str | None:
     """Rules shared by engines whose server spans `tp` GPUs with experts over `ep` of them and
     that run on NVIDIA GPUs only (TensorRT-LLM, SGLang); checked after their own rules."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import yaml
+
+from tuner.spec.gpu_types import DATA, GpuType
+from tuner.spec.model_shape import ModelShape, shape_by_name
+
 
 @functools.cache
 def _rules() -> dict[str, Any]:
-    import yaml
-
-    from tuner.spec.gpu_types import DATA
-
     return yaml.safe_load((DATA / "engine_rules.yaml").read_text())
 
 
@@ -49,8 +50,8 @@ def expert_parallel_infeasibility(engine: str, backend: str | None, ep: int) -> 
     return f"MoE backend {backend} of {engine} runs with EP {most} at most, not {ep}"
 
 
-def single_rank_memory_infeasibility(engine: str, config: dict[str, Any], shape: Any,
-                                     gpu: Any) -> str | None:
+def single_rank_memory_infeasibility(engine: str, config: dict[str, Any], shape: ModelShape,
+                                     gpu: GpuType) -> str | None:
     """Where one rank holds every weight (no TP, no EP), the recipe's memory settings."""
     if int(config.get("tensor_parallel_size", 1)) != 1 or config.get("enable_expert_parallel"):
         return None
@@ -69,9 +70,7 @@ def single_rank_memory_infeasibility(engine: str, config: dict[str, Any], shape:
 
 
 @functools.cache
-def _shape(name: str) -> Any:
-    from tuner.spec.space import shape_by_name
-
+def _shape(name: str) -> ModelShape:
     return shape_by_name(name)
 
 

@@ -20,6 +20,8 @@ from tuner.serve.engines.base import (
 )
 from tuner.serve.engines.rules import kv_cache_dtype_infeasibility
 from tuner.serve.hardware import Inventory
+from tuner.spec.gpu_types import GpuType
+from tuner.spec.model_shape import ModelShape
 from tuner.spec.space import DEFAULT_DRAFT_LEN
 
 RELEASE = "1.2.1"
@@ -71,7 +73,8 @@ class TrtllmAdapter:
     def expert_parallel_width(self, config: dict[str, Any]) -> int:
         return int(config.get("expert_parallel_size", 1))
 
-    def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
+    def infeasibility(self, config: dict[str, Any], shape: ModelShape, gpu: GpuType,
+                      settings: EngineSettings) -> str | None:
         tp, ep = self.world_size(config), self.expert_parallel_width(config)
         if config.get("enable_attention_dp") and tp == 1:
             return "attention data parallel needs more than one GPU"

@@ -23,6 +23,8 @@ from tuner.serve.engines.rules import (
     single_rank_memory_infeasibility,
 )
 from tuner.serve.hardware import Inventory, cpu_flags
+from tuner.spec.gpu_types import GpuType
+from tuner.spec.model_shape import ModelShape
 
 CONFIG_FILE = "config.yaml"
 
@@ -63,7 +65,8 @@ class VllmAdapter:
         # A switch: the experts are spread over every TP x DP rank ("DEP2" = DP2 + EP).
         return self.world_size(config) if config.get("enable_expert_parallel") else 1
 
-    def infeasibility(self, config, shape, gpu, settings: EngineSettings) -> str | None:
+    def infeasibility(self, config: dict[str, Any], shape: ModelShape, gpu: GpuType,
+                      settings: EngineSettings) -> str | None:
         if config.get("speculative_method") == "eagle3" and not settings.draft_model:
             return "EAGLE-3 needs a draft model: set engine.draft_model in the spec"
         if gpu.arch != "cpu":
