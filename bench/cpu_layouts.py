@@ -6,8 +6,8 @@ concurrency. Run by hand (it starts vLLM):
     flock /tmp/tuner-vllm.lock .venv/bin/python bench/cpu_layouts.py [--servers 2] [--rounds 6]
 
 `--smoke`: one server per layout, 2 rounds of 8 requests at c=4, each server the repository's
-fake engine (tests/fake_engine.py) started through the same adapter, launcher and layouts (seconds;
-its figures are the fake's timetable, not vLLM's).
+fake engine (tuner.testing.fake_engine) started through the same adapter, launcher and layouts
+(seconds; its figures are the fake's timetable, not vLLM's).
 
 Layouts (on the first two cores):
 - `one core`: every process of the server and the load generator on core 0 (tuner before the

@@ -12,9 +12,9 @@ the time of its first choice and of its first non-empty text. It prints, per rou
 all, how many requests had a first choice with empty text, how many had no text at all (guidellm
 fails those), and the medians of both TTFTs.
 
-`--smoke`: one round of 16 requests at c=4 against the repository's fake engine (tests/
-fake_engine.py) started as a trial starts vLLM: the whole path in seconds, but the fake streams
-text in every chunk, so its empty-text counts say nothing about vLLM's.
+`--smoke`: one round of 16 requests at c=4 against the repository's fake engine
+(tuner.testing.fake_engine) started as a trial starts vLLM: the whole path in seconds, but the
+fake streams text in every chunk, so its empty-text counts say nothing about vLLM's.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ requests took over 300 ms to its first token. With the kernel's scheduler autogr
 session is a CPU-scheduling group of its own, so the server and the load generator are scheduled
 as two groups, not as their threads; the table says whether autogroups were on.
 
-`--smoke`: one pair, 2 rounds of 32 requests, each server the repository's fake engine (tests/
-fake_engine.py) started both ways through the same adapter and launcher (seconds; what stalls
-there is the fake's and the client's, not vLLM's).
+`--smoke`: one pair, 2 rounds of 32 requests, each server the repository's fake engine
+(tuner.testing.fake_engine) started both ways through the same adapter and launcher (seconds;
+what stalls there is the fake's and the client's, not vLLM's).
 """
 
 from __future__ import annotations

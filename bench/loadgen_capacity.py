@@ -32,10 +32,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fake_openai_server import Script, serve_in_process  # noqa: E402
-
 from tuner.measure.loadgen import run_sweep  # noqa: E402
 from tuner.measure.prompts import synthetic_token_prompts  # noqa: E402
+from tuner.testing.fake_openai_server import Script, serve_in_process  # noqa: E402
 
 TARGET_CHUNKS_S = 200_000
 

@@ -80,7 +80,7 @@ What each figure means, per client (from their source):
   guidellm calls this its ITL and weights each request by its tokens - 1 (equal here).
 
 `--smoke`: one round of 16 requests at c=4, tuner and the real `vllm bench serve` together,
-against the repository's fake engine (tests/fake_engine.py) started as a trial starts vLLM; no
+against the repository's fake engine (tuner.testing.fake_engine) started as a trial starts vLLM; no
 guidellm (a venv of its own). The whole path in seconds; the figures are the fake's timetable.
 """
 

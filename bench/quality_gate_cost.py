@@ -10,9 +10,9 @@ verdict; then the reference's answering time and the one server start it costs t
 per trial). Figures on a shared 2-core machine move with what else runs there.
 
 `--smoke`: first runs a 2-trial study with the gate on (`tuner run`, a grid of two batch sizes,
-8 gate prompts) in a temporary folder, served by the repository's fake engine (tests/
-fake_engine.py), then reports that study (seconds). The gate's time is real, on the fake's
-answers: it says nothing of a real model's.
+8 gate prompts) in a temporary folder, served by the repository's fake engine
+(tuner.testing.fake_engine), then reports that study (seconds). The gate's time is real, on the
+fake's answers: it says nothing of a real model's.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def smoke_study(folder: Path) -> str:
     """Run a 2-trial study with the quality gate on, served by the fake engine, as a user runs
     one (`tuner run`); its database's URL."""
     sys.path.insert(0, str(REPO))
-    from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
     (folder / "landscape.json").write_text(json.dumps({"default": {"ttft_s": 0.005,
                                                                    "itl_s": 0.002}}))
@@ -77,7 +77,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             args.storage, args.study = smoke_study(Path(tmp)), SMOKE_STUDY
             print(f"smoke: study {SMOKE_STUDY}, 2 trials served by the fake engine "
-                  "(tests/fake_engine.py)")
+                  "(tuner.testing.fake_engine)")
             if not report(args):
                 sys.exit("smoke: no trial of the study ran the quality gate")
         return

@@ -16,7 +16,7 @@ tokens its own log-probabilities rank lower: its decoding changed), the mean log
 divergence over the shared contexts, and the diverging counts at other margins.
 
 `--smoke`: the reference and "TP1 again, new server" only, each on the repository's fake engine
-(tests/fake_engine.py) started through the same adapter and launcher, answering the gate's real
+(tuner.testing.fake_engine) started through the same adapter and launcher, answering the gate's real
 prompts (seconds). The fake's answers and log-probabilities are a function of the prompt, not a
 model's numerics, so it checks the path (prompts, answers, comparison, table), not the margins;
 the faults need vLLM.

@@ -14,8 +14,8 @@ run is one level of `--rounds` rounds (none stops early); the table prints, per 
 prompts, each run's round-to-round spread of output tok/s (sd/mean) and its draft acceptance.
 
 `--smoke`: one run of each kind, 2 rounds of 8 requests at c=4, on the repository's fake engine
-(tests/fake_engine.py) started as a trial starts vLLM (seconds). The fake does not speculate and
-publishes no metrics: its draft acceptance prints as nan, its spreads are its timetable's.
+(tuner.testing.fake_engine) started as a trial starts vLLM (seconds). The fake does not speculate
+and publishes no metrics: its draft acceptance prints as nan, its spreads are its timetable's.
 """
 
 from __future__ import annotations

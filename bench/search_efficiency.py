@@ -20,7 +20,7 @@ The value of a configuration is the study's objective: the best tok/s per GPU am
 meet the spec's SLA. A configuration the landscape cannot fit in memory crashes when launched.
 
 Each search is a real study (tuner.search.loop.run_study, the spec's sampler with the run's
-seed): every trial launches the repository's fake engine (tests/fake_engine.py) through tuner's
+seed): every trial launches the repository's fake engine (tuner.testing.fake_engine) through tuner's
 own adapter and launcher, on a planned node of the landscape's GPU type, and tuner's load
 generator measures it, one level at c=8. The fake engine serves each configuration's exact
 engine file at a speed proportional to its landscape value (the fastest streams 1,600 tok/s in
@@ -58,7 +58,6 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.fake_engine import LANDSCAPE_ENV, config_id, fake_vllm  # noqa: E402
 from tuner.plan import perfmodel as pm  # noqa: E402
 from tuner.plan import planner  # noqa: E402
 from tuner.plan.dry_run import OfflineStudy, offline_study  # noqa: E402
@@ -66,6 +65,7 @@ from tuner.search.context import StudyContext  # noqa: E402
 from tuner.search.loop import run_study  # noqa: E402
 from tuner.spec.study_spec import StudySpec, load_spec  # noqa: E402
 from tuner.store import Store  # noqa: E402
+from tuner.testing.fake_engine import LANDSCAPE_ENV, config_id, fake_vllm  # noqa: E402
 from tuner.verdict.rules import config_key, counts_toward_budget  # noqa: E402
 
 LANDSCAPES = [("examples/gpt-oss-120b.yaml", "H200"), ("examples/gpt-oss-120b.yaml", "B200"),

@@ -16,7 +16,7 @@ Each pair starts one server each way (alternating which goes first), the way a t
 at c=4, and stops it. Printed per server and as medians: seconds to ready, seconds to the end of
 the requests, and the CPU seconds of the server's processes, read just before the stop.
 
-`--smoke`: one pair of 8 requests each, on the repository's fake engine (tests/fake_engine.py)
+`--smoke`: one pair of 8 requests each, on the repository's fake engine (tuner.testing.fake_engine)
 started through the same adapter and launcher (seconds). The fake is one process whichever way:
 its start and CPU times are the fake's, and say nothing about vLLM's layouts.
 """

@@ -30,7 +30,7 @@ until both have happened (or the space is exhausted).
 Not measured: a warm-started TPE. The performance model that warm-starts a study has datasheet
 figures for GPU types only, so on this machine there is no model to warm-start from.
 
-`--smoke`: the same race, one TPE seed, on the repository's fake engine (tests/fake_engine.py)
+`--smoke`: the same race, one TPE seed, on the repository's fake engine (tuner.testing.fake_engine)
 over 3 configurations (batch 4, 16, 64; the fake serves batch 64 three times as fast), levels of
 a few short rounds at c=4 and no quality gate (the fake's answers are not a model's): seconds,
 and nothing about vLLM or this space.
@@ -90,7 +90,7 @@ def study_spec(folder: Path, name: str, sampler: str, seed: int, smoke: bool = F
 def smoke_spec(spec: dict, folder: Path) -> None:
     """The study served by the fake engine: 3 configurations, batch 64 three times as fast as
     the others, levels of up to 3 rounds of 8 requests at c=4, no quality gate."""
-    from tests.fake_engine import LANDSCAPE_ENV, fake_vllm
+    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
 
     space, landscape = folder / "smoke-space.yaml", folder / "landscape.json"
     space.write_text(yaml.safe_dump({"name": "time-to-best-smoke", "engine": "vllm",
@@ -281,7 +281,7 @@ def main() -> None:
                     "TPE seed on the fake engine, in a temporary folder")
     args = ap.parse_args()
     if args.smoke:
-        print("smoke: served by the fake engine (tests/fake_engine.py), not vLLM: 3 "
+        print("smoke: served by the fake engine (tuner.testing.fake_engine), not vLLM: 3 "
               "configurations, one TPE seed", flush=True)
         with tempfile.TemporaryDirectory(prefix="time-to-best-smoke-") as tmp:
             report(run(1, Path(tmp), smoke=True))

@@ -1,6 +1,6 @@
 """The tiny model on vLLM's CPU build, as the benches serve it: shared by the benches that start
-a server themselves. `fake_engine` swaps vLLM for the repository's fake engine (tests/
-fake_engine.py) in those settings: what the benches' `--smoke` runs serve."""
+a server themselves. `fake_engine` swaps vLLM for the repository's fake engine
+(tuner.testing.fake_engine) in those settings: what the benches' `--smoke` runs serve."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import EngineSettings
-from tuner.spec.space import read_model_shape
+from tuner.spec.model_shape import read_model_shape
 
 REPO = Path(__file__).resolve().parents[1]
 # The fake engine's timetable in a smoke run: quick, and slow enough to measure.
 SMOKE_LANDSCAPE = {"default": {"ttft_s": 0.005, "itl_s": 0.001}}
-SMOKE_HEADER = ("smoke: served by the fake engine (tests/fake_engine.py), not vLLM: its figures "
-                "are the fake's timetable, not a measurement of vLLM")
+SMOKE_HEADER = ("smoke: served by the fake engine (tuner.testing.fake_engine), not vLLM: its "
+                "figures are the fake's timetable, not a measurement of vLLM")
 
 
 def tiny_vllm(model_dir: str) -> tuple[str, int, EngineSettings]:
@@ -60,7 +60,7 @@ def fake_engine(settings: EngineSettings, folder: Path,
     serves an OpenAI-compatible API on the timetable of `landscape` (default SMOKE_LANDSCAPE),
     started through tuner's own adapter and launcher as vLLM would be."""
     sys.path.insert(0, str(REPO))
-    from tests.fake_engine import LANDSCAPE_ENV, fake_vllm
+    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "landscape.json"

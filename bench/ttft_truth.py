@@ -29,7 +29,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
-from fake_openai_server import Script, serve_in_process  # noqa: E402
 from loadgen_vs_vllm_bench import (  # noqa: E402
     next_guidellm_delay,
     overlap_line,
@@ -40,6 +39,8 @@ from loadgen_vs_vllm_bench import (  # noqa: E402
     write_dataset,
 )
 from tiny_vllm import tiny_vllm  # noqa: E402
+
+from tuner.testing.fake_openai_server import Script, serve_in_process  # noqa: E402
 
 
 def main() -> None:

@@ -85,6 +85,19 @@ def test_a_report_reaching_into_the_study_loop_breaks_the_contract(tmp_path: Pat
     assert "tuner.report.tables -> tuner.search.loop" in proc.stdout
 
 
+def test_the_product_importing_a_test_double_breaks_the_contract(tmp_path: Path):
+    copy_project(tmp_path)
+    planted = tmp_path / "tuner" / "serve" / "launcher.py"
+    planted.write_text(planted.read_text() + "\nimport tuner.testing.fake_engine  # a fake\n")
+
+    proc = lint_imports(tmp_path)
+
+    assert proc.returncode != 0
+    assert ("The test doubles stay out of the product: no package imports tuner.testing BROKEN"
+            in proc.stdout)
+    assert "tuner.serve.launcher -> tuner.testing.fake_engine" in proc.stdout
+
+
 def test_no_private_name_of_optuna_is_used():
     private = [f"{p.relative_to(REPO)}:{n}" for p in modules()
                for n, line in enumerate(p.read_text().splitlines(), 1)

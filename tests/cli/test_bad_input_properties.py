@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import base_spec, call_tuner, write_yaml
-from tests.fake_engine import fake_model, fake_vllm
 from tuner.spec.errors import EXIT_BAD_INPUT, EXIT_NO_RESULT
+from tuner.testing.fake_engine import fake_model, fake_vllm
 
 DOCUMENTED_FAILURES = {EXIT_BAD_INPUT, EXIT_NO_RESULT}
 EXAMPLES = settings(max_examples=40, derandomize=True, deadline=None, database=None,

@@ -248,7 +248,7 @@ def test_confirming_a_study_that_is_not_there_creates_nothing_and_quotes_the_spe
 def test_a_study_in_a_read_only_database_is_one_line_not_a_traceback(tmp_path, command):
     """The study is there and the spec matches, so the first write is Optuna's (its
     StorageInternalError) or SQLAlchemy's: the boundary in main() says it in one line."""
-    from tests.fake_engine import fake_vllm
+    from tuner.testing.fake_engine import fake_vllm
 
     d = fresh_study(tmp_path)
     spec = yaml.safe_load((d / "study.yaml").read_text())

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TUNER, base_spec, call_tuner, wait_for, write_yaml
-from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tuner.store import Store, StoreError
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
 
 @pytest.mark.parametrize("stage, landscape, printed", [

@@ -14,7 +14,6 @@ import time
 
 import aiohttp
 import pytest
-from fake_openai_server import FakeOpenAIServer, Script, serve_in_process, serve_in_thread
 
 from tuner.measure.client import (
     Prompt,
@@ -27,6 +26,12 @@ from tuner.measure.loadgen import LevelRun, Repeats, poisson_gaps, run_level, ru
 from tuner.measure.metrics import summarize_level
 from tuner.measure.prompts import synthetic_token_prompts
 from tuner.spec.sla import SLA
+from tuner.testing.fake_openai_server import (
+    FakeOpenAIServer,
+    Script,
+    serve_in_process,
+    serve_in_thread,
+)
 
 # measure_stream: the timing rules, with a scripted clock and a replayed stream
 

@@ -22,11 +22,11 @@ import random
 import statistics
 
 import pytest
-from fake_openai_server import Script, serve_in_process
 
 from tuner.measure.loadgen import Repeats, poisson_gaps, run_sweep
 from tuner.measure.metrics import summarize_level
 from tuner.spec.sla import SLA
+from tuner.testing.fake_openai_server import Script, serve_in_process
 
 SEED = 8
 TTFT = (0.150, 0.350)

@@ -4,11 +4,11 @@ a live (fake) server, and task checks (tests/measure/test_quality_compare.py: co
 from __future__ import annotations
 
 import pytest
-from fake_openai_server import FakeOpenAIServer, Script, answer, serve_in_thread
 
 from tuner.measure.quality import Answer, answer_all, parse_answer, request
 from tuner.measure.quality_compare import compare
 from tuner.spec.quality_spec import QualitySpec
+from tuner.testing.fake_openai_server import FakeOpenAIServer, Script, answer, serve_in_thread
 
 
 def test_requests_are_greedy_seeded_unstreamed_and_ask_the_top_logprobs():

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import psutil
 
-from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tests.report.test_export import LEVEL, SPEC
 from tuner.report.export import write_export
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.serve.launcher import free_port
 from tuner.store import Store
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
 STUDY_MACHINE = "/home/study-machine/clone"
 
