@@ -39,6 +39,8 @@ def run(
     create_only: Annotated[bool, typer.Option("--create-only", help="Validate everything and "
                            "create the study, run no trial: `tuner worker` processes run it "
                            "(several at once on a PostgreSQL --storage).")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Where another study is measuring on "
+                    "this machine's devices, wait for it instead of running beside it.")] = False,
 ) -> None:
     """Run (or resume) a tuning study of real serving trials, confirm the best ones in fresh
     servers, then export the winner."""
@@ -66,14 +68,16 @@ def run(
         from tuner.plan.planner import warm_start as model_warm_start
 
         warm = model_warm_start(ctx, warm_start, store=ctx.store, study_name=ctx.name)
-    # The study's time limit covers its trials and the head-to-head after them.
-    limit = spec.budget.timeout_min
-    ends = time.monotonic() + limit * 60 if limit else None
-    finalists = 0 if no_confirm else spec.budget.confirm_top_k
-    run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm, ends=ends,
-              finalists=finalists)
-    if finalists:
-        _confirm(ctx, finalists, again=False, ends=ends)
+    with _measuring(ctx, wait):
+        # The study's time limit covers its trials and the head-to-head after them (a wait for
+        # another study is not in it).
+        limit = spec.budget.timeout_min
+        ends = time.monotonic() + limit * 60 if limit else None
+        finalists = 0 if no_confirm else spec.budget.confirm_top_k
+        run_study(ctx, n_trials or spec.budget.n_trials, warm_start=warm, ends=ends,
+                  finalists=finalists)
+        if finalists:
+            _confirm(ctx, finalists, again=False, ends=ends)
     _finish(ctx, export_dir)
 
 
@@ -89,6 +93,8 @@ def confirm(
     = False,
     export_dir: Annotated[Path | None, typer.Option("--export-dir", help="Where the winner is "
                           "exported (default tuner-exports/STUDY).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Where another study is measuring on "
+                    "this machine's devices, wait for it instead of running beside it.")] = False,
 ) -> None:
     """Re-run the best trials of a study, each in a fresh server; the winner is the best
     confirmed one, exported with both runs."""
@@ -106,8 +112,17 @@ def confirm(
                            "--storage")
     out.for_study(spec.hardware.gpu_type)  # figures per core on a CPU node
     ctx = prepare(spec, spec_path, storage_url=storage, study_name=study_name, say=_say)
-    _confirm(ctx, top, again=again)
+    with _measuring(ctx, wait):
+        _confirm(ctx, top, again=again)
     _finish(ctx, export_dir)
+
+
+def _measuring(ctx, wait: bool):
+    """This machine's devices held for the study's measurements, or said to be busy."""
+    from tuner.serve.device_locks import measuring_on
+
+    return measuring_on(ctx.inventory.kind, ctx.inventory.devices, f"tuner study {ctx.name}",
+                        wait=wait, say=_say)
 
 
 def _confirm(ctx, k: int, *, again: bool, ends: float | None = None) -> None:
@@ -165,6 +180,8 @@ def worker(
     devices: Annotated[str | None, typer.Option("--devices", metavar="IDS", help="The devices "
                        "this worker owns, e.g. 0,1,2,3 (GPU indices; CPU cores on a CPU node). "
                        "Default: every device of the study's type on this node.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Where another study is measuring on "
+                    "this machine's devices, wait for it instead of running beside it.")] = False,
 ) -> None:
     """Join an existing study and run its trials until its budget is spent; several workers
     (on several nodes) share one study through a PostgreSQL --storage."""
@@ -174,7 +191,8 @@ def worker(
 
     owned = _device_ids(devices) if devices is not None else None
     ctx = prepare_worker(storage or DEFAULT_STORAGE, study, say=_say, devices=owned)
-    run_study(ctx, ctx.spec.budget.n_trials)
+    with _measuring(ctx, wait):
+        run_study(ctx, ctx.spec.budget.n_trials)
     trials = ctx.store.trials(ctx.name)
     _print_trials(trials)
     used = ctx.store.budget_used(ctx.name)
