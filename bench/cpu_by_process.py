@@ -3,7 +3,7 @@ time (psutil) every `--every` seconds while it runs, and prints CPU-seconds per 
 server, engine core and worker, pytest, the tuner CLI, ...). Run by hand, for example on the
 whole suite:
 
-    .venv/bin/python bench/cpu_by_process.py -- make test
+    .venv/bin/python -m bench.cpu_by_process -- make test
 
 `/usr/bin/time` counts only the processes it waits for; vLLM's engine core and workers are
 reparented when their server's process group is killed, so their CPU is missing there. This

@@ -3,7 +3,7 @@ gpt-oss served in turn in each layout (servers interleaved A B C, A B C, ... so 
 machine's drift falls on every layout alike), each measured by tuner's load generator at one
 concurrency. Run by hand (it starts vLLM):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/cpu_layouts.py [--servers 2] [--rounds 6]
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.cpu_layouts [--servers 2] [--rounds 6]
 
 `--smoke`: one server per layout, 2 rounds of 8 requests at c=4, each server the repository's
 fake engine (tuner.testing.fake_engine) started through the same adapter, launcher and layouts
@@ -29,8 +29,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
-
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.loadgen import Repeats, run_sweep
 from tuner.measure.prompts import sweep_prompts
 from tuner.serve.cpu_layout import CpuLayout, plan_layout, thread_held_to

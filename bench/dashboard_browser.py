@@ -3,7 +3,7 @@
 B200-like study), loaded in headless Chromium (Debian's, driven by Playwright, as the browser
 tests do). Run by hand, prints a table:
 
-    .venv/bin/python bench/dashboard_browser.py [--trials 5000] [--runs 3]
+    .venv/bin/python -m bench.dashboard_browser [--trials 5000] [--runs 3]
 
 Each run opens a fresh page and times, from the navigation, until the winner card's value and
 the chart's drawing surface are both on the page. The first run is the first viewer after the
@@ -29,9 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-from dashboard_load import CHOOSE_STUDIES, _database  # noqa: E402
+from bench.dashboard_load import CHOOSE_STUDIES, _database
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -1,7 +1,7 @@
 """How fast the dashboard's study and Choose pages render on large studies: run by hand, prints
 a table.
 
-    .venv/bin/python bench/dashboard_load.py [--trials 5000] [--db PATH] [--rebuild]
+    .venv/bin/python -m bench.dashboard_load [--trials 5000] [--db PATH] [--rebuild]
                                              [--pages study,choose]
 
 It builds databases of SYNTHETIC BENCHMARK DATA (made-up trials and figures, labelled so in the

@@ -3,7 +3,7 @@ served by vLLM's CPU build: the difference between TTFT timed to the first chunk
 choice (tuner, `vllm bench serve`) and to the first chunk with text (guidellm 0.8.1, whose
 text-completions handler counts a chunk only when `choices[0].text` is non-empty). Run by hand:
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/first_text_lag.py [--rounds 3] \
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.first_text_lag [--rounds 3] \
         [--server-cores 1]
 
 Each round sends the loadgen bench's prompts (tuner's corpus windows, reply lengths spread as
@@ -32,14 +32,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen_vs_vllm_bench import as_sent, shared_prompts  # noqa: E402
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm  # noqa: E402
-
-from tuner.measure.client import completion_body  # noqa: E402
-from tuner.serve.engines import get_adapter  # noqa: E402
-from tuner.serve.hardware import cpu_inventory  # noqa: E402
-from tuner.serve.launcher import ServerProcess, free_port  # noqa: E402
+from bench.loadgen_vs_vllm_bench import as_sent, shared_prompts
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
+from tuner.measure.client import completion_body
+from tuner.serve.engines import get_adapter
+from tuner.serve.hardware import cpu_inventory
+from tuner.serve.launcher import ServerProcess, free_port
 
 
 @dataclasses.dataclass

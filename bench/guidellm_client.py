@@ -20,8 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from figures import Figures
-
+from bench.figures import Figures
 from tuner.measure.client import Prompt
 
 

@@ -1,7 +1,7 @@
 """Stalled rounds of a server started in a session of its own against one started the way tuner
 starts it (a process group of its own inside tuner's session). Run by hand:
 
-    .venv/bin/python bench/launch_stalls.py [--rounds 24] [--requests 48] [--pairs 2]
+    .venv/bin/python -m bench.launch_stalls [--rounds 24] [--requests 48] [--pairs 2]
 
 One tiny-model configuration (max-num-seqs 16, max-num-batched-tokens 512), drained rounds of
 `--requests` requests at c=4 and at c=16 from tuner's own load generator, the two ways of starting
@@ -22,8 +22,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
-
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.prompts import synthetic_token_prompts
 from tuner.serve.engines import get_adapter

@@ -1,6 +1,6 @@
 """How fast the load generator can go: run by hand, prints a table.
 
-    .venv/bin/python bench/loadgen_capacity.py
+    .venv/bin/python -m bench.loadgen_capacity
 
 The target: keep up with a B200 node's token rate, taken as 200,000 streamed chunks per second.
 The client (`tuner.measure.loadgen.run_sweep`, the product path) streams from the tests' fake
@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tuner.measure.loadgen import run_sweep  # noqa: E402
-from tuner.measure.prompts import synthetic_token_prompts  # noqa: E402
-from tuner.testing.fake_openai_server import Script, serve_in_process  # noqa: E402
+from tuner.measure.loadgen import run_sweep
+from tuner.measure.prompts import synthetic_token_prompts
+from tuner.testing.fake_openai_server import Script, serve_in_process
 
 TARGET_CHUNKS_S = 200_000
 

@@ -1,7 +1,7 @@
 """tuner's load generator against `vllm bench serve` and guidellm, on the same live server, in one
 run. Run by hand (it starts vLLM):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/loadgen_vs_vllm_bench.py \
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.loadgen_vs_vllm_bench \
         [--concurrency 8] [--requests 256] [--rounds 9] [--guidellm PATH | --guidellm none] \
         [--server-cores N] [--prompts corpus random] [--no-together] [--output-spread 0.5]
 
@@ -98,10 +98,10 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from figures import REFERENCE, Figures, beside, round_line, table, verdicts
-from guidellm_client import guidellm_result, run_guidellm, start_guidellm
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
+from bench.figures import REFERENCE, Figures, beside, round_line, table, verdicts
+from bench.guidellm_client import guidellm_result, run_guidellm, start_guidellm
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.client import Prompt
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.metrics import summarize_level

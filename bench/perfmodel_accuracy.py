@@ -1,6 +1,6 @@
 """How far the performance model is from published figures: run by hand, prints a table.
 
-    .venv/bin/python bench/perfmodel_accuracy.py [CSV] [--refit]
+    .venv/bin/python -m bench.perfmodel_accuracy [CSV] [--refit]
 
 The shipped factors (tuner/data/perfmodel_calibration.json) are fitted to the figures of
 tuner/data/published.csv published at 1024/1024 only (the calibration rows); every other row is
@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tuner.plan import perfmodel as pm  # noqa: E402
-from tuner.plan.study_fit import write_calibration  # noqa: E402
+from tuner.plan import perfmodel as pm
+from tuner.plan.study_fit import write_calibration
 
 
 def calibration_rows() -> list[pm.Observation]:

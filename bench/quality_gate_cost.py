@@ -2,7 +2,7 @@
 a study, e.g.
 
     .venv/bin/tuner run examples/tiny-moe-cpu.yaml --n-trials 2 --no-confirm   # tuner.db here
-    .venv/bin/python bench/quality_gate_cost.py --study tiny-moe-cpu-demo
+    .venv/bin/python -m bench.quality_gate_cost --study tiny-moe-cpu-demo
 
 One row per trial that ran the gate: its time from start to finish (server start, sweep, gate,
 stop), the gate's seconds on its server (asking the prompts and comparing), their ratio, and the
@@ -28,17 +28,14 @@ import yaml
 
 from tuner.spec.space import describe
 from tuner.store import Store
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
-REPO = Path(__file__).resolve().parents[1]
 SMOKE_STUDY = "quality-gate-cost-smoke"
 
 
 def smoke_study(folder: Path) -> str:
     """Run a 2-trial study with the quality gate on, served by the fake engine, as a user runs
     one (`tuner run`); its database's URL."""
-    sys.path.insert(0, str(REPO))
-    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
-
     (folder / "landscape.json").write_text(json.dumps({"default": {"ttft_s": 0.005,
                                                                    "itl_s": 0.002}}))
     (folder / "space.yaml").write_text(yaml.safe_dump({

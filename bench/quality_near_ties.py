@@ -4,8 +4,8 @@ the numerics (another rank layout, speculation) and for real faults (a coarse KV
 RoPE base, a repetition penalty). The tie-aware rule's defaults (`quality.near_tie_margin`,
 `quality.max_diverging`) are chosen from it. Run by hand (it starts vLLM, one server at a time):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/quality_near_ties.py [--save answers.json]
-    .venv/bin/python bench/quality_near_ties.py --load answers.json      # re-judge, no server
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.quality_near_ties [--save answers.json]
+    .venv/bin/python -m bench.quality_near_ties --load answers.json      # re-judge, no server
 
 Each configuration answers the gate's prompts (the spec's defaults: 32 corpus prompts of 32
 tokens, 32 tokens each, greedy, top 5 log-probabilities, one at a time) on a server of its own,
@@ -31,8 +31,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
-
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.quality import Answer, answer_all, quality_prompts
 from tuner.measure.quality_compare import compare, decodes_greedily, verdict
 from tuner.serve.engines import EngineSettings, get_adapter

@@ -2,7 +2,7 @@
 against rounds that replay one set of prompts, alternated, in one run. Run by hand (it starts
 vLLM):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/round_spread.py \
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.round_spread \
         [--speculative ngram|none] [--concurrency 16] [--requests 96] [--rounds 8] [--runs 2]
 
 A trial's rounds each take the next `--requests` prompts of the corpus, so with speculative
@@ -26,8 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
-
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.client import Prompt
 from tuner.measure.engine_metrics import read_spec_decode
 from tuner.measure.loadgen import Repeats, run_sweep

@@ -1,6 +1,6 @@
 """How many trials a search needs, through the real study loop: run by hand, prints a table.
 
-    .venv/bin/python bench/search_efficiency.py [--seeds 3] [--budget 300] [--warm-start 5]
+    .venv/bin/python -m bench.search_efficiency [--seeds 3] [--budget 300] [--warm-start 5]
                                                 [--cold] [--smoke]
 
 `--smoke`: the first landscape, one seed, a budget of 5 trials, over a sub-space of its space
@@ -56,17 +56,17 @@ from typing import Any
 import numpy as np
 import yaml
 
+from tuner.plan import perfmodel as pm
+from tuner.plan import planner
+from tuner.plan.dry_run import OfflineStudy, offline_study
+from tuner.search.context import StudyContext
+from tuner.search.loop import run_study
+from tuner.spec.study_spec import StudySpec, load_spec
+from tuner.store import Store
+from tuner.testing.fake_engine import LANDSCAPE_ENV, config_id, fake_vllm
+from tuner.verdict.rules import config_key, counts_toward_budget
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from tuner.plan import perfmodel as pm  # noqa: E402
-from tuner.plan import planner  # noqa: E402
-from tuner.plan.dry_run import OfflineStudy, offline_study  # noqa: E402
-from tuner.search.context import StudyContext  # noqa: E402
-from tuner.search.loop import run_study  # noqa: E402
-from tuner.spec.study_spec import StudySpec, load_spec  # noqa: E402
-from tuner.store import Store  # noqa: E402
-from tuner.testing.fake_engine import LANDSCAPE_ENV, config_id, fake_vllm  # noqa: E402
-from tuner.verdict.rules import config_key, counts_toward_budget  # noqa: E402
 
 LANDSCAPES = [("examples/gpt-oss-120b.yaml", "H200"), ("examples/gpt-oss-120b.yaml", "B200"),
               ("examples/gpt-oss-120b-trtllm.yaml", "B200")]

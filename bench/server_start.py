@@ -1,7 +1,7 @@
 """What one tiny-model TP1 server costs to start, in vLLM's default process layout and with its
 worker inside the engine core (`VLLM_ENABLE_V1_MULTIPROCESSING=0`). Run by hand (it starts vLLM):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/server_start.py [--pairs 3]
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.server_start [--pairs 3]
 
 vLLM's CPU build runs a TP1 server as three processes by default: the API server, the engine
 core it spawns, and one worker the engine core spawns (its multiprocess executor); each imports
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import psutil
-from tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 
+from bench.tiny_vllm import SMOKE_HEADER, fake_engine, tiny_vllm
 from tuner.measure.loadgen import run_sweep
 from tuner.measure.prompts import synthetic_token_prompts
 from tuner.serve.engines import get_adapter

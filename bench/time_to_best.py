@@ -1,9 +1,9 @@
 """Time to the best configuration: a grid study and TPE studies of the same tiny CPU space, real
 vLLM trials, one run. Run by hand (20 to 40 minutes on a 2-core machine):
 
-    .venv/bin/python bench/time_to_best.py [--seeds 3]
-    .venv/bin/python bench/time_to_best.py --from sqlite:////tmp/time-to-best-XXXX/tuner.db
-    .venv/bin/python bench/time_to_best.py --again /tmp/time-to-best-XXXX [--seeds 3]
+    .venv/bin/python -m bench.time_to_best [--seeds 3]
+    .venv/bin/python -m bench.time_to_best --from sqlite:////tmp/time-to-best-XXXX/tuner.db
+    .venv/bin/python -m bench.time_to_best --again /tmp/time-to-best-XXXX [--seeds 3]
 
 The space (bench/time_to_best_space.yaml) has 12 configurations, all of which launch; the study is
 the README demo's (examples/tiny-moe-cpu.yaml: its engine, workload and SLA) with that space, no
@@ -50,16 +50,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from tiny_vllm import tiny_model
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from tuner.search.context import StudyContext, prepare  # noqa: E402
-from tuner.search.loop import run_study  # noqa: E402
-from tuner.spec.space import describe  # noqa: E402
-from tuner.spec.study_spec import load_spec  # noqa: E402
-from tuner.store import Store, TrialRecord  # noqa: E402
-from tuner.verdict.rules import (  # noqa: E402
+from bench.tiny_vllm import tiny_model
+from tuner.search.context import StudyContext, prepare
+from tuner.search.loop import run_study
+from tuner.spec.space import describe
+from tuner.spec.study_spec import load_spec
+from tuner.store import Store, TrialRecord
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
+from tuner.verdict.rules import (
     best_level,
     config_key,
     counts_toward_budget,
@@ -67,6 +66,8 @@ from tuner.verdict.rules import (  # noqa: E402
     met_sla,
     study_sla,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 SPACE = REPO / "bench" / "time_to_best_space.yaml"
 CONFIGS = 12
@@ -90,8 +91,6 @@ def study_spec(folder: Path, name: str, sampler: str, seed: int, smoke: bool = F
 def smoke_spec(spec: dict, folder: Path) -> None:
     """The study served by the fake engine: 3 configurations, batch 64 three times as fast as
     the others, levels of up to 3 rounds of 8 requests at c=4, no quality gate."""
-    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
-
     space, landscape = folder / "smoke-space.yaml", folder / "landscape.json"
     space.write_text(yaml.safe_dump({"name": "time-to-best-smoke", "engine": "vllm",
                                      "parameters": {"max_batch_size": {"values": [4, 16, 64]}}}))

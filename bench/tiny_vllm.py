@@ -7,14 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from tuner.search.context import resolve_executable
 from tuner.serve.engines import EngineSettings
 from tuner.spec.model_shape import read_model_shape
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
 
-REPO = Path(__file__).resolve().parents[1]
 # The fake engine's timetable in a smoke run: quick, and slow enough to measure.
 SMOKE_LANDSCAPE = {"default": {"ttft_s": 0.005, "itl_s": 0.001}}
 SMOKE_HEADER = ("smoke: served by the fake engine (tuner.testing.fake_engine), not vLLM: its "
@@ -59,9 +58,6 @@ def fake_engine(settings: EngineSettings, folder: Path,
     """`settings` with the fake engine in vLLM's place: an executable `vllm` in `folder` that
     serves an OpenAI-compatible API on the timetable of `landscape` (default SMOKE_LANDSCAPE),
     started through tuner's own adapter and launcher as vLLM would be."""
-    sys.path.insert(0, str(REPO))
-    from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
-
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "landscape.json"
     path.write_text(json.dumps(landscape or SMOKE_LANDSCAPE))

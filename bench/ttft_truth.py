@@ -3,7 +3,7 @@ serve` against the repository's fake OpenAI server, whose first token leaves `--
 request arrives and every next one `--itl-ms` later, at the same load, alternated, in one run.
 Run by hand (no vLLM server; `vllm bench` is the CPU build's, from the venv):
 
-    .venv/bin/python bench/ttft_truth.py [--concurrency 8] [--requests 512] [--rounds 3] \
+    .venv/bin/python -m bench.ttft_truth [--concurrency 8] [--requests 512] [--rounds 3] \
         [--together]
 
 The fake server runs in a process of its own on the server's timetable, so what a client adds
@@ -26,10 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
-from loadgen_vs_vllm_bench import (  # noqa: E402
+from bench.loadgen_vs_vllm_bench import (
     next_guidellm_delay,
     overlap_line,
     shared_prompts,
@@ -38,9 +35,8 @@ from loadgen_vs_vllm_bench import (  # noqa: E402
     vllm_bench_client,
     write_dataset,
 )
-from tiny_vllm import tiny_vllm  # noqa: E402
-
-from tuner.testing.fake_openai_server import Script, serve_in_process  # noqa: E402
+from bench.tiny_vllm import tiny_vllm
+from tuner.testing.fake_openai_server import Script, serve_in_process
 
 
 def main() -> None:

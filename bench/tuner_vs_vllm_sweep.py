@@ -5,7 +5,7 @@ serve` (its grid: one `vllm serve` per configuration, one `vllm bench serve` per
 tuner grid study (`sampler: grid`, its confirmations and head-to-head), interleaved sweep, tuner,
 sweep, tuner so that the machine's drift falls on both. Run by hand (it starts vLLM; ~40 min):
 
-    flock /tmp/tuner-vllm.lock .venv/bin/python bench/tuner_vs_vllm_sweep.py \
+    flock /tmp/tuner-vllm.lock .venv/bin/python -m bench.tuner_vs_vllm_sweep \
         [--runs 2] [--num-prompts 200] [--requests 48] [--max-rounds 12] [--smoke] \
         [--warmup-ablation N | --layout-ablation]
 
@@ -53,8 +53,8 @@ import time
 from pathlib import Path
 
 import yaml
-from tiny_vllm import tiny_vllm
 
+from bench.tiny_vllm import tiny_vllm
 from tuner.measure.stats import spread_of_interval
 from tuner.serve.launcher import free_port
 from tuner.spec.space import describe

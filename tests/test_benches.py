@@ -1,7 +1,8 @@
 """The benches under bench/ cannot rot unseen: each has a smoke mode (`--smoke`) that runs its real
 code path end to end in seconds, on the fake engine where it would start vLLM, and prints its
-table; the suite runs every one of them as a user would (`python bench/X.py --smoke` from the
-repository's root), and a new bench without a smoke run here fails the suite."""
+table; the suite runs every one of them as a user would (`python -m bench.X --smoke` from the
+repository's root), and a new bench without a smoke run here fails the suite. bench/ is a package
+that imports tuner as installed: no bench edits sys.path."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ BENCH = REPO / "bench"
 
 # What the benches import and never run alone (bench/README.md, "Helpers").
 HELPERS = {"figures.py", "guidellm_client.py", "tiny_vllm.py"}
+PACKAGE = {"__init__.py"}
 
 # Each runnable bench, and a line of the table its smoke run prints (its header).
 TABLE_HEADER = {
@@ -48,7 +50,7 @@ STARTS_VLLM = {"tuner_vs_vllm_sweep.py"}
 def smoke_command(bench: str) -> list[str]:
     if bench.endswith(".sh"):
         return ["bash", f"bench/{bench}", "--smoke"]
-    return [sys.executable, f"bench/{bench}", "--smoke"]
+    return [sys.executable, "-m", f"bench.{Path(bench).stem}", "--smoke"]
 
 
 def smoke_env() -> dict[str, str]:
@@ -71,7 +73,7 @@ def test_a_bench_smoke_run_ends_well_and_prints_its_table(bench):
 
 
 def test_every_runnable_bench_has_a_smoke_run_in_the_suite():
-    runnable = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")} - HELPERS
+    runnable = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")} - HELPERS - PACKAGE
     assert runnable - set(TABLE_HEADER) == set(), "benches with no smoke run in this file"
     assert set(TABLE_HEADER) - runnable == set(), "smoke runs of benches that are gone"
 
@@ -81,5 +83,11 @@ def test_a_helper_is_imported_by_the_benches_and_never_run_alone(helper):
     text = (BENCH / helper).read_text()
     assert 'if __name__ == "__main__"' not in text, f"{helper} runs alone: a bench, not a helper"
     importers = [p.name for p in BENCH.glob("*.py")
-                 if f"from {Path(helper).stem} import" in p.read_text()]
+                 if f"from bench.{Path(helper).stem} import" in p.read_text()]
     assert importers, f"no bench imports {helper}"
+
+
+def test_no_bench_edits_the_import_path():
+    edits = [f"{p.name}:{n}" for p in sorted(BENCH.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if "sys.path" in line]
+    assert edits == [], "bench/ imports tuner as installed and its helpers as bench.NAME"

@@ -384,8 +384,8 @@ def test_accuracy_bench_reports_calibration_and_held_out_errors_per_metric(tmp_p
              "gpt-oss-120b,vllm,A100,1,TP1,1024,1024,,1,none,,output_tok_s_per_user,100,test"]
     csv_path = tmp_path / "figures.csv"
     csv_path.write_text("\n".join(rows + extra) + "\n")
-    out = subprocess.run([sys.executable, str(REPO / "bench" / "perfmodel_accuracy.py"),
-                          str(csv_path)], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-m", "bench.perfmodel_accuracy", str(csv_path)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
                          check=True).stdout
     skipped = 6 + 1  # the disaggregated rows, and the A100
     assert f"modelled {len(rows) - 1 + len(extra) - skipped} (" in out
