@@ -1,18 +1,19 @@
 """The engine reference data (tuner/serve/engines/data) loads, names its release, holds the keys the
-gpt-oss-120b configurations need, and its derivation script works on sample sources."""
+gpt-oss-120b configurations need, and its derivation script (tests/serve/derive_keys.py) works on
+sample sources."""
 
 from __future__ import annotations
 
 import html
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tuner.serve.engines.data import derive_keys
+from tests.conftest import REPO
+from tests.serve import derive_keys
 
-DATA = Path(derive_keys.__file__).parent
+DATA = REPO / "tuner" / "serve" / "engines" / "data"
 TRT = json.loads((DATA / "trtllm-1.2.1-llm_args.json").read_text())
 SGL = json.loads((DATA / "sglang-0.5.23-server_args.json").read_text())
 CURATED = DATA / "trtllm-1.2.1-curated"

@@ -10,10 +10,15 @@ declare flags as annotated fields (0.5.14+), ``srt/arg_groups/fields/*.py`` and
 A Sphinx "viewcode" page (``<release>/_modules/.../llm_args.html`` of the engine's docs site) is
 accepted in place of a ``.py`` file: the highlighted source is turned back into Python first.
 
-    python derive_keys.py trtllm --release v1.2.1 --llm-args llm_args.py --serve serve.py \
-        --health-path /health -o trtllm-1.2.1-llm_args.json
-    python derive_keys.py sglang --release v0.5.23 --health-path /health \
-        -o sglang-0.5.23-server_args.json \
+A maintainer's script, not part of tuner: it wrote the reference files in
+``tuner/serve/engines/data/`` (see the README there) and tests/serve/test_engine_reference_data.py
+tests it. It needs only the standard library; from the repository's root:
+
+    python tests/serve/derive_keys.py trtllm --release v1.2.1 --llm-args llm_args.py \
+        --serve serve.py --health-path /health \
+        -o tuner/serve/engines/data/trtllm-1.2.1-llm_args.json
+    python tests/serve/derive_keys.py sglang --release v0.5.23 --health-path /health \
+        -o tuner/serve/engines/data/sglang-0.5.23-server_args.json \
         server_args.py arg_groups/fields/*.py arg_groups/choices.py
 """
 
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (trt, sgl):
         p.add_argument("--release", required=True)
         p.add_argument("--health-path", default="/health")
-        p.add_argument("--derived-by", default="tuner/engines/data/derive_keys.py (ast)")
+        p.add_argument("--derived-by", default="tests/serve/derive_keys.py (ast)")
         p.add_argument("--note", action="append", default=[], help="recorded under 'notes'")
         p.add_argument("-o", "--output")
     args = ap.parse_args(argv)
