@@ -283,12 +283,34 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     check_lengths(spec, shape)
     check_prompts(spec, model_dir, shape.vocab_size)
     settings = engine_settings(spec, executable, str(model_dir))
+    check_command(adapter, space, settings, inventory, say)
     store = store or open_store(url)  # last: a database is created only once all holds
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
         settings=settings, store=store, storage_url=url,
         runs_dir=folder_of(Path(spec.runs_dir), name), say=say, gpu=gpu,
     )
+
+
+def check_command(adapter: EngineAdapter, space: SearchSpace, settings: EngineSettings,
+                  inventory: Inventory, say: Say) -> None:
+    """The command of the space's smallest configuration, read by the engine's own parser
+    where it can run here: a fixed engine.args typo ends the study before any server starts."""
+    configs = space.enumerate()
+    if not configs:
+        return
+    config = min(configs, key=adapter.world_size)
+    world = adapter.world_size(config)
+    try:
+        plan = adapter.launch_plan(config, settings, host=HOST, port=8000, inventory=inventory,
+                                   devices=list(inventory.devices)[:inventory.slot_for(world)])
+    except (BadInput, ValueError):
+        return  # not a plan this node can build: the trials say why
+    reason = adapter.command_rejection(plan, say)
+    if reason is not None:
+        raise BadInput(f"engine.args: {adapter.name}'s own parser rejects the command a trial "
+                       f"would start ({reason}): fix or remove that argument in engine.args "
+                       "(or the search space's value)")
 
 
 def _cpu_space(space: SearchSpace, gpu: GpuType) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ plan, placed on default devices, is what gets exported, so a deploy runs what wa
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -107,6 +108,11 @@ class EngineAdapter(Protocol):
     def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
         """Whether the server computes in processes of its own, apart from its frontend (so a
         CPU trial can hold the frontend to other cores, tuner.serve.cpu_layout)."""
+        ...
+
+    def command_rejection(self, plan: LaunchPlan, say: Callable[[str], None]) -> str | None:
+        """Why the engine's own parser rejects this plan's command, before any server starts;
+        None where it accepts it or no parser of the engine can run here."""
         ...
 
 

@@ -41,6 +41,9 @@ class SglangAdapter:
     def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
         return True  # GPU ranks are processes of their own
 
+    def command_rejection(self, plan: LaunchPlan, say) -> str | None:
+        return None  # its parser needs CUDA to import: the first start says what it rejects
+
     def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
         # --max-running-requests bounds the whole server.
         fixed = {k.lstrip("-"): v for k, v in settings.args.items()}.get("max-running-requests")

@@ -64,6 +64,9 @@ class TrtllmAdapter:
     def compute_apart(self, config: dict[str, Any], settings: EngineSettings) -> bool:
         return True  # GPU ranks are processes of their own
 
+    def command_rejection(self, plan: LaunchPlan, say) -> str | None:
+        return None  # its parser needs CUDA to import: the first start says what it rejects
+
     def max_in_flight(self, config: dict[str, Any], settings: EngineSettings) -> int | None:
         # With attention DP every rank holds a batch of max_batch_size; without, the server one.
         batch = config.get("max_batch_size", settings.args.get("max_batch_size"))

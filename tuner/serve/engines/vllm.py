@@ -22,6 +22,7 @@ from tuner.serve.engines.rules import (
     cpu_kv_cache_dtype_infeasibility,
     single_rank_memory_infeasibility,
 )
+from tuner.serve.engines.vllm_parser import rejection
 from tuner.serve.hardware import Inventory, cpu_flags
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.model_shape import ModelShape
@@ -109,6 +110,9 @@ class VllmAdapter:
         # uni executor): compute and scheduler share a process.
         one_process = settings.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         return not (one_process and self.world_size(config) == 1)
+
+    def command_rejection(self, plan: LaunchPlan, say) -> str | None:
+        return rejection(plan, say)
 
     def launch_plan(
         self,
