@@ -34,8 +34,10 @@ demo: install
 # Two pytest-xdist workers, one per core of the project's machine; tests that share a real study
 # run on one of them (`--dist loadgroup`, tests/conftest.py). More workers would not help there:
 # every CPU server binds the first cores of its tuner's CPU affinity.
+# `--durations=30`: every run (CI's log included) ends with its 30 slowest tests.
 PYTEST_WORKERS ?= 2
-PYTEST = $(BIN)/python -m pytest -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST = $(BIN)/python -m pytest -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	--durations=30
 test: install
 	.ci/with-postgres $(PYTEST)
 
