@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import yaml
 
 from tests.conftest import base_spec, call_tuner, write_yaml
-from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tuner.search.lessons import lessons, ruled_out
 from tuner.store import Store
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
 DP2_UNSUPPORTED = ("unsupported: NotImplementedError in all_gatherv "
                    "(base_device_communicator.py:296)")

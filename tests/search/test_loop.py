@@ -9,14 +9,15 @@ from pathlib import Path
 import optuna
 
 from tests.conftest import base_spec, write_yaml
-from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tests.plan.test_plan import _context, small_spec
 from tuner.measure.metrics import UNUSABLE_VIOLATION
-from tuner.search import loop, rules
+from tuner.search import loop
 from tuner.search.bridge import load_or_create_study
 from tuner.search.context import StudyContext, prepare
 from tuner.search.trial import TrialResult
 from tuner.spec.study_spec import load_spec
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.verdict import rules
 from tuner.verdict.rules import config_key
 
 

@@ -14,9 +14,9 @@ import optuna
 import yaml
 
 from tests.conftest import TUNER, base_spec, call_tuner, write_yaml
-from tests.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.store import Store
+from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
 # Batch 16 is fast and answers wrongly (a configuration that breaks the model); batch 4 is slow
 # and right. The reference (the engine's defaults) answers as batch 4 does.
@@ -149,7 +149,7 @@ def test_workers_on_one_study_share_one_reference(tmp_path):
 
 
 def test_task_checks_fail_a_configuration_that_answers_them_wrongly(tmp_path):
-    from fake_openai_server import answer
+    from tuner.testing.fake_openai_server import answer
 
     d = study_dir(tmp_path, n_trials=2)
     prompts = ["What is two and two?", "Name a colour."]
