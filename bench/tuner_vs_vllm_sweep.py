@@ -49,13 +49,16 @@ import re
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 
 from bench.tiny_vllm import tiny_vllm
 from tuner.measure.stats import spread_of_interval
+from tuner.serve.cpu_layout import CpuLayout, pin_frontend
 from tuner.serve.launcher import free_port
 from tuner.spec.space import describe
 from tuner.store import Store
@@ -83,10 +86,29 @@ def machine() -> str:
 
 # Where the sweep's processes run (--layout-ablation). "vllm": vLLM's default (the rank on
 # core 0, everything else floating). "client": the same, `vllm bench serve` held to core 1.
-# "tuner": tuner's layout with vLLM's own tools: the rank bound to core 0 by vLLM
-# (VLLM_CPU_OMP_THREADS_BIND=0), the sweep and so its server's frontend and client held to core 1.
+# "frontend": tuner's layout with vLLM's own server and client: the client held to core 1 and,
+# once the server is up, every server process but its worker (API server, engine core) held to
+# core 1 by tuner's own `pin_frontend`, as a tuner trial does. (Holding the whole sweep to core 1
+# instead also holds the worker's other threads there: it measured 525 tok/s, not a layout.)
 LAYOUTS = {"vllm": "vLLM's default", "client": "client on core 1",
-           "tuner": "frontend and client on core 1"}
+           "frontend": "frontend and client on core 1"}
+FRONTEND_LAYOUT = CpuLayout(ranks=((0,),), frontend=(1,), client=(1,))
+
+
+def hold_frontends(sweep: subprocess.Popen) -> None:
+    """Until the sweep ends, hold each of its servers' frontend processes to core 1 (every
+    second: each configuration starts a new server)."""
+    while sweep.poll() is None:
+        try:
+            procs = [c for c in psutil.Process(sweep.pid).children(recursive=True)
+                     if "bench" not in " ".join(c.cmdline())]
+        except psutil.Error:
+            procs = []
+        try:
+            pin_frontend(procs, FRONTEND_LAYOUT)
+        except (psutil.Error, OSError):
+            pass  # a process that ended between the listing and the pinning
+        time.sleep(1.0)
 
 
 def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int,
@@ -102,7 +124,7 @@ def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int
     # Greedy, as tuner's requests are: vLLM 0.32's bench no longer sends temperature 0, and the
     # tiny model's generation config sets none, so it would sample at temperature 1 (a different
     # request). --disable-tqdm only quiets the log. No warm-up requests: the tool's default.
-    client = "taskset -c 1 " if layout == "client" else ""
+    client = "taskset -c 1 " if layout in ("client", "frontend") else ""
     bench = (f"{client}{VLLM} bench serve --model {model} --host 127.0.0.1 --port {port} "
              f"--dataset-name random --random-input-len 64 --random-output-len 64 "
              f"--num-prompts {prompts} --ignore-eos --temperature 0 --disable-tqdm")
@@ -115,14 +137,13 @@ def run_sweep(model: str, configs: list[Config], levels: list[int], prompts: int
     # vLLM's default binding: drop whatever the calling shell set.
     env = {k: v for k, v in os.environ.items()
            if k not in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")} | ENV
-    if layout == "tuner":
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "0"
-        cmd = ["taskset", "-c", "1", *cmd]
     log = folder / "sweep.log"
     start = time.monotonic()
     with log.open("w") as out:
-        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder
-                            ).returncode
+        sweep = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+        if layout == "frontend":
+            threading.Thread(target=hold_frontends, args=(sweep,), daemon=True).start()
+        rc = sweep.wait()
     wall = time.monotonic() - start
     if rc:
         print(f"  vllm bench sweep serve exited {rc}: see {log}")
@@ -352,7 +373,7 @@ def layout_ablation(a: argparse.Namespace) -> None:
             for point, value in got.items():
                 rows.setdefault(point, {}).setdefault(layout, []).append(value)
         print(f"  run {i + 1}: tuner run ...", flush=True)
-        res, _ = run_tuner(model, configs, levels, a, folder / f"run{i + 1}-tuner")
+        res, _ = run_tuner(model, configs, levels, a, folder / f"run{i + 1}-tuner-study")
         for point, value in res["points"].items():
             rows.setdefault(point, {}).setdefault("tuner run", []).append(value)
     columns = {**LAYOUTS, "tuner run": "tuner (its layout)"}
