@@ -69,3 +69,13 @@ def test_tuner_upgrade_refuses_a_missing_database_and_creates_nothing(tmp_path):
     assert proc.returncode == 2
     assert "no study database at" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_stays_open_leaves_no_wal_or_shm_file_beside_the_database(tmp_path):
+    db = tmp_path / "tuner.db"
+    Store.open(_url(db)).close()  # a study's database: in WAL mode
+    before = _snapshot(tmp_path)
+    with Store.open(_url(db), create=False) as store:
+        store.list_studies()
+        # Still open, as the dashboard keeps it for hours: the folder is as it was.
+        assert _snapshot(tmp_path) == before

@@ -68,7 +68,7 @@ def open_engine(url: str, *, create: bool, upgrade: bool) -> tuple[Engine, str]:
         _check_sqlite_path(path, create=create)
         if create or upgrade:
             _check_writable(path)
-    engine = _create_engine(parsed, where)
+    engine = _create_engine(parsed, where, reader=path is not None and not (create or upgrade))
     try:
         revisions = _check_contents(engine, where, sqlite_file=path is not None, create=create)
         if revisions != {_head_revision()} and not (create or upgrade):
@@ -243,9 +243,16 @@ def _connect_timeout_s() -> int:
     return value
 
 
-def _create_engine(url: URL, where: str) -> Engine:
+def _create_engine(url: URL, where: str, *, reader: bool = False) -> Engine:
+    """The engine; a reader of an SQLite file closes each connection after its read: a WAL
+    database's -wal and -shm files, which any connection creates beside it, are then removed by
+    the last one to close, so a reader that stays open for hours (the dashboard) leaves the
+    folder as it found it. (A read-only connection, `mode=ro`, would leave them behind.)"""
+    options = engine_options(url)
+    if reader:
+        options["poolclass"] = NullPool
     try:
-        engine = create_engine(url, **engine_options(url))
+        engine = create_engine(url, **options)
         if url.get_backend_name() == "sqlite":
             event.listen(engine, "connect", _sqlite_foreign_keys_on)
         return engine

@@ -58,8 +58,9 @@ def data_version(url: str, *, now: float | None = None, period_s: float = 5.0) -
     """A value that changes whenever the database's contents may have changed: cache keys.
 
     For an SQLite file, the size and modification time of the file and of its write-ahead log
-    (every commit appends to the log; a checkpoint rewrites the file). For a server database,
-    the current `period_s` time bucket, so pages re-read at most that often.
+    (every commit appends to the log; a checkpoint rewrites the file). An empty log counts as
+    none: it holds no data, and every read by the dashboard creates one and removes it. For a
+    server database, the current `period_s` time bucket, so pages re-read at most that often.
     """
     path = sqlite_file(url)
     if path is None:
@@ -68,9 +69,10 @@ def data_version(url: str, *, now: float | None = None, period_s: float = 5.0) -
     for p in (path, path.with_name(path.name + "-wal")):
         try:
             st = p.stat()
-            version += [st.st_mtime_ns, st.st_size]
         except OSError:
-            version += [None, None]
+            st = None
+        empty_log = st is not None and p != path and st.st_size == 0
+        version += [None, None] if st is None or empty_log else [st.st_mtime_ns, st.st_size]
     return tuple(version)
 
 
