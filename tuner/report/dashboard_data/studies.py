@@ -36,10 +36,9 @@ class StudySummary:
     finished: dt.datetime | None
     sla: dict[str, Any]
     workload: dict[str, Any]
-
-    @property
-    def best_value(self) -> float | None:
-        return None if self.best is None else self.best.objective
+    # The winner's figure, the one its card and `tuner best` give (`rules.figure`: a
+    # confirmation's where it decided), never its first run's beside it.
+    best_value: float | None = None
 
 
 def model_name(model: str) -> str:
@@ -70,11 +69,12 @@ def summarize(data: StudyData) -> StudySummary:
     else:
         state = "stopped"
     ends = [t.finished_at for t in trials if t.finished_at is not None]
+    best = best_of(data)
     return StudySummary(
         name=data.study.name, model=model_name(data.study.model), engine=data.study.engine,
         gpu_type=data.study.gpu_type, state=state, counts=counts,
         launched=launched, budget=budget,
-        best=best_of(data),
+        best=best, best_value=None if best is None else rules.figure(best, data.study).value,
         started=min((t.started_at for t in trials), default=None),
         finished=max(ends) if ends and state != "running" else None,
         sla=dict(data.study.spec.get("sla") or {}),
@@ -117,8 +117,9 @@ def compare_frame(datas: list[StudyData]) -> pd.DataFrame:
     rows = []
     for data in datas:
         s = summarize(data)
-        level = (None if s.best is None
-                 else rules.best_level(s.best.measurements, rules.study_sla(data.study))[0])
+        shown = None if s.best is None else rules.figure(s.best, data.study)  # as its card
+        level = (None if shown is None
+                 else rules.best_level(shown.levels, rules.study_sla(data.study))[0])
         rows.append({
             "study": s.name, "model": s.model, "engine": s.engine, "GPU type": s.gpu_type,
             "complete": s.counts["complete"], "failed": s.counts["failed"],
