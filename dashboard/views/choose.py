@@ -18,7 +18,8 @@ def render() -> None:
     names = ui.study_names(storage, version)
     if not names:
         st.info("No study yet in this database. Run one with `tuner run STUDY.yaml`, and more "
-                "(other GPU types or engines) into the same database to choose between them.")
+                "(on other hardware or engines) into the same database to choose between "
+                "them.")
         return
     chosen = st.multiselect("Studies", names, default=names, key="choose_studies",
                             bind="query-params", placeholder="choose one or more")
@@ -26,6 +27,7 @@ def render() -> None:
         st.info("Choose one or more studies.")
         return
     datas = [d for d in (ui.study(storage, n, version) for n in chosen) if d is not None]
+    unit = ui.unit_of(*datas)  # per device where GPU and CPU studies are chosen between
     floors = [f for f in (dd.sla_user_floor(dict(d.study.spec.get("sla") or {}))
                           for d in datas) if f is not None]
 
@@ -52,14 +54,18 @@ def render() -> None:
             "label": f"chosen: {best.study.name} trial {best.trial.number}"}
         drawn = dd.drawn_points(points, y)
         st.altair_chart(ui.choose_chart(drawn.points, y=y, target=float(target), winner=star,
-                                        log_x=log_x), width="stretch")
+                                        log_x=log_x, unit=unit), width="stretch")
+        shown = ui.choose_points(drawn.points, y=y, log_x=log_x)
         studies = "1 study" if len(datas) == 1 else f"{len(datas)} studies"
         thinned = "" if not drawn.left_out else (
-            f" Drawn: the {drawn.front:,} levels on their GPU type and engine's front (no level "
+            f" Drawn: the {drawn.front:,} levels on their hardware and engine's front (no level "
             "of the same hardware is faster per user and as good on the y axis) and an even "
             f"sample of {drawn.sampled:,} of the other {drawn.sampled + drawn.left_out:,}; the "
             "ranking and its table use every level.")
-        st.caption(f"{ui.plural(len(drawn.points), 'measured level')} of {studies} drawn, "
+        off_axis = len(drawn.points) - len(shown)
+        if off_axis:
+            thinned += f" {off_axis} more at 0 {dd.USER_P90}, which a log axis cannot place."
+        st.caption(f"{ui.plural(len(shown), 'measured level')} of {studies} drawn, "
                    "first runs; "
                    "filled: the level met its study's SLA. The dashed line is the per-user "
                    "target; the diamond is the chosen level (a confirmed study's "
@@ -71,9 +77,12 @@ def render() -> None:
     run = "its confirmation" if best.confirmed else "its first run"
     cols = st.columns(4)
     cols[0].metric("USD per million output tokens", ui.money(best.usd_per_mtok))
-    cols[1].metric(dd.TOK_GPU, ui.fmt(best.tok_s_per_gpu))
+    # The winner's figures in its own study's unit; the hardware label in the page's.
+    cols[1].metric(ui.column_in_unit(dd.TOK_GPU, ui.device_unit(best.study.gpu_type)),
+                   ui.fmt(best.tok_s_per_gpu))
     cols[2].metric("tok/s per user p90", ui.fmt(best.level.tok_s_per_user_p90, 1))
-    cols[3].metric("GPU · engine", f"{best.study.gpu_type} · {best.study.engine}")
+    cols[3].metric(ui.column_in_unit(dd.HARDWARE, unit),
+                   f"{best.study.gpu_type} · {best.study.engine}")
     st.caption(f"Study {best.study.name}, trial {best.trial.number}, at concurrency "
                f"{best.level.concurrency} of {run}.")
     data = ui.study(storage, best.study.name, version)
@@ -88,11 +97,11 @@ def render() -> None:
         st.caption("No other configuration meets the targets.")
         return
     table[dd.GAP] = pd.to_numeric(table[dd.GAP], errors="coerce") * 100
-    config = ui.number_columns(table)
-    config[dd.GAP] = st.column_config.NumberColumn(
+    gap = st.column_config.NumberColumn(
         "gap to winner", format="%+.1f%%",
-        help="Costlier than the winner by (rank by cost), or slower per GPU by (throughput).")
-    st.dataframe(ui.rounded(table), hide_index=True, column_config=config, width="stretch")
+        help=ui.say("Costlier than the winner by (rank by cost), or slower per GPU by "
+                    "(throughput).", unit))
+    ui.table(table, unit, config={dd.GAP: gap}, width="stretch")
 
 
 render()

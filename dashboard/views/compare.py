@@ -16,8 +16,8 @@ def render() -> None:
     names = ui.study_names(storage, version)
     if len(names) < 2:
         st.info(f"Comparing needs two or more studies; this database holds {len(names)}. "
-                "Run another study (another GPU type, engine or search space) into the same "
-                "database with `tuner run SPEC.yaml --storage URL`.")
+                "Run another study (on other hardware, another engine or search space) into "
+                "the same database with `tuner run SPEC.yaml --storage URL`.")
         return
     chosen = st.multiselect("Studies", names, default=names[-4:], key="studies",
                             bind="query-params", placeholder="choose two or more")
@@ -26,6 +26,7 @@ def render() -> None:
         return
     datas = [d for d in (ui.study(storage, n, version) for n in chosen) if d is not None]
     summaries = [dd.summarize(d) for d in datas]
+    unit = ui.unit_of(*datas)  # per device where GPU and CPU studies are compared
 
     c1, c2, _ = st.columns([2, 1, 3], vertical_alignment="bottom")
     x = c1.segmented_control("per-user speed", [dd.USER_P90, dd.USER_P50], default=dd.USER_P90,
@@ -39,22 +40,23 @@ def render() -> None:
         same = len(set(floors.values())) == 1
         chart = ui.pareto_chart(front, x=x, color="study", front_by="study", log_x=log_x,
                                 sla_floor=next(iter(floors.values())) if same else None,
-                                height=480)
+                                unit=unit, height=480)
         st.altair_chart(chart, width="stretch")
         note = ("The dashed line is the studies' common per-user SLA floor."
                 if same and floors and next(iter(floors.values())) and x == dd.USER_P90
                 else "The studies' SLAs differ: " + "; ".join(
                     f"{n}: {dd.sla_text(s.sla)}" for n, s in zip(floors, summaries, strict=True))
                 if not same else "")
-        st.caption("One point per trial and concurrency level; each study's Pareto front is "
+        drawn = ui.pareto_points(front, x=x, log_x=log_x)
+        st.caption(f"{ui.plural(len(drawn), 'measured level')} of {len(datas)} studies drawn, "
+                   "one point per trial and concurrency level; each study's Pareto front is "
                    "its line. Filled: the level met its study's SLA. " + note)
 
     st.subheader("Best of each study")
     table = dd.compare_frame(datas)
     table.insert(0, "open", [dd.page_url("study", study=d.study.name) for d in datas])
-    config = ui.number_columns(table)
-    config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
-    st.dataframe(ui.rounded(table), hide_index=True, column_config=config, width="stretch")
+    open_link = st.column_config.LinkColumn("", display_text="open", width="small")
+    ui.table(table, unit, config={"open": open_link}, width="stretch")
     for s in summaries:
         if s.best is None:
             st.caption(f"{s.name}: no trial met the SLA yet.")

@@ -31,17 +31,19 @@ def render() -> None:
     cols[3].metric("studies with a result", f"{len(with_best)} of {len(summaries)}")
 
     frame.insert(0, "open", [dd.page_url("study", study=s.name) for s in summaries])
-    config = ui.number_columns(frame)
-    config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
-    config["budget"] = st.column_config.NumberColumn("budget", help="The spec's n_trials.")
-    st.dataframe(ui.rounded(frame), hide_index=True, column_config=config, width="stretch")
-    st.caption("complete / failed / infeasible / running count trials; the best figure is the "
-               "highest output tok/s per GPU among trials that met the study's SLA.")
+    # Per GPU, per core (a CPU node) or, where the studies run on both, per device.
+    unit = ui.unit_of(*datas)
+    config = {"open": st.column_config.LinkColumn("", display_text="open", width="small"),
+              "budget": st.column_config.NumberColumn("budget", help="The spec's n_trials.")}
+    ui.table(frame, unit, config=config, width="stretch")
+    st.caption(ui.say("complete / failed / infeasible / running count trials; the best figure "
+                      "is the highest output tok/s per GPU among trials that met the study's "
+                      "SLA.", unit))
 
     st.subheader("Open a study")
-    for s in summaries[:50]:
-        best = (f"best {ui.fmt(s.best_value)} tok/s/GPU (trial {s.best.number})"
-                if s.best else "no trial met the SLA yet")
+    for d, s in list(zip(datas, summaries, strict=True))[:50]:
+        best = (ui.say(f"best {ui.fmt(s.best_value)} tok/s/GPU (trial {s.best.number})",
+                       ui.unit_of(d)) if s.best else "no trial met the SLA yet")
         st.page_link("views/study.py", label=f"{s.name} · {s.model} · {s.gpu_type} · {best}",
                      icon=":material/insights:", query_params={"study": s.name})
     if len(summaries) >= 2:

@@ -1,7 +1,6 @@
 """One study: the best configuration to take away, the Pareto chart, progress, every trial,
 failures and parameter importance."""
 
-import pandas as pd
 import streamlit as st
 import tuner_ui as ui
 
@@ -22,13 +21,14 @@ def choose_study(storage: str, version: tuple) -> str | None:
                                 bind="query-params")
 
 
-def headline(data: dd.StudyData, summary: dd.StudySummary) -> None:
+def headline(data: dd.StudyData, summary: dd.StudySummary, unit: str) -> None:
     st.title(f"{summary.name}  {ui.state_badge(summary.state)}")
     st.markdown(ui.study_subtitle(summary) + f"  \nSLA: {dd.sla_text(summary.sla)}")
     c = summary.counts
     cols = st.columns(6)
-    cols[0].metric(f"best {dd.TOK_GPU}", ui.fmt(summary.best_value),
-                   help="The highest output tok/s per GPU among trials that met the SLA.")
+    cols[0].metric(ui.say(f"best {dd.TOK_GPU}", unit), ui.fmt(summary.best_value),
+                   help=ui.say("The highest output tok/s per GPU among trials that met the "
+                               "SLA.", unit))
     cols[1].metric("complete", ui.fmt(c["complete"]))
     cols[2].metric("failed", ui.fmt(c["failed"]))
     cols[3].metric("infeasible", ui.fmt(c["infeasible"]),
@@ -39,8 +39,9 @@ def headline(data: dd.StudyData, summary: dd.StudySummary) -> None:
                         "spec's budget (n_trials).")
 
 
-def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: tuple) -> None:
-    st.markdown("#### Throughput per GPU against per-user speed")
+def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: tuple,
+           unit: str) -> None:
+    st.markdown(ui.say("#### Throughput per GPU against per-user speed", unit))
     pts = ui.points(storage, data.study.name, version)
     if pts.empty:
         st.info("No concurrency level has been measured yet: the chart fills in as trials "
@@ -55,55 +56,59 @@ def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: 
     front = dd.pareto_front(pts, x=x)
     floor = dd.sla_user_floor(summary.sla)
     chart = ui.pareto_chart(front, x=x, color=color if color != "concurrency" else
-                            "concurrency:N", sla_floor=floor, log_x=log_x)
+                            "concurrency:N", sla_floor=floor, log_x=log_x, unit=unit)
     st.altair_chart(chart, width="stretch")
     n_front = len(front.front)
-    # Counted from what the chart can draw: a level where every request failed has no figure.
-    drawn = pts[pts[x].notna() & pts[dd.TOK_GPU].notna()]
-    undrawn = len(pts) - len(drawn)
+    # Counted from the rows the chart draws: a level where every request failed has no figure,
+    # and a log axis has no 0.
+    drawn = ui.pareto_points(front, x=x, log_x=log_x)
+    no_figure = int((pts[x].isna() | pts[dd.TOK_GPU].isna()).sum())
+    off_axis = len(pts) - no_figure - len(drawn)
     st.caption(
         f"{ui.plural(len(drawn), 'measured level')} drawn (one per trial and concurrency), "
         f"{n_front} on the Pareto front (the line)"
-        + (f"; {undrawn} more where every request failed, which have no figure to draw"
-           if undrawn else "")
+        + (f"; {no_figure} more where every request failed, which have no figure to draw"
+           if no_figure else "")
+        + (f"; {off_axis} more at 0 {x}, which a log axis cannot place" if off_axis else "")
         + ". Filled: the level met the SLA; hollow: it missed. Series = engine and "
         "parallelism."
         + (" The dashed line is the SLA's per-user floor." if floor and x == dd.USER_P90
            else ""))
-    with st.expander(f"Pareto-optimal points ({n_front}): the best throughput per GPU at each "
-                     "per-user speed", expanded=n_front <= 8):
+    with st.expander(ui.say(f"Pareto-optimal points ({n_front}): the best throughput per GPU "
+                            "at each per-user speed", unit), expanded=n_front <= 8):
         table = front.front[["trial", "config", "concurrency", dd.TOK_GPU, x, "TTFT p90 ms",
                              "meets SLA"]].sort_values(dd.TOK_GPU, ascending=False)
         table.insert(0, "open", [dd.page_url("trial", study=data.study.name, trial=n)
                                  for n in table["trial"]])
-        config = ui.number_columns(table)
-        config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
-        st.dataframe(ui.rounded(table), hide_index=True, column_config=config, width="stretch",
-                     height=min(35 * (len(table) + 1) + 3, 420))
-        st.caption("Further down the list is more interactive per user, at a cost per GPU: "
-                   "pick the row that meets your latency needs.")
+        open_link = st.column_config.LinkColumn("", display_text="open", width="small")
+        ui.table(table, unit, config={"open": open_link}, width="stretch",
+                 height=min(35 * (len(table) + 1) + 3, 420))
+        st.caption(ui.say("Further down the list is more interactive per user, at a cost per "
+                          "GPU: pick the row that meets your latency needs.", unit))
 
 
-def progress(data: dd.StudyData) -> None:
+def progress(data: dd.StudyData, unit: str) -> None:
     by = st.segmented_control("x axis", ["trial", "time"], default="trial",
                               key="progress_by") or "trial"
     frame = dd.progress_frame(data, by=by)
     if frame.empty:
         st.info("No trial has finished yet.")
         return
-    st.altair_chart(ui.progress_chart(frame, by=by), width="stretch")
+    st.altair_chart(ui.progress_chart(frame, by=by, unit=unit), width="stretch")
     # Counted from the frame the chart draws: what has no figure sits at 0, the rest at theirs.
     at_zero = int(frame[dd.TOK_GPU].isna().sum())
     others = frame[frame[dd.TOK_GPU].notna() & ~frame["outcome"].isin(["met SLA", "missed SLA"])]
     listed = ", ".join(f"trial {n} ({o})"
                        for n, o in zip(others["trial"], others["outcome"], strict=True))
-    st.caption("The green step line is the best figure so far among trials that met the SLA."
+    order = "by trial number" if by == "trial" else "in the order they finished"
+    st.caption(f"{ui.plural(len(frame), 'finished trial')} drawn, {order}. The green step line "
+               "is the best figure so far among trials that met the SLA."
                + (f" {ui.plural(at_zero, 'trial')} without a figure (failed to serve, or "
                   "infeasible) drawn at 0." if at_zero else "")
                + (f" Drawn at their figure but never the best: {listed}." if listed else ""))
 
 
-def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
+def trials(data: dd.StudyData, storage: str, version: tuple, unit: str) -> None:
     frame = ui.trials_table(storage, data.study.name, version)
     if frame.empty:
         st.info("No trial yet.")
@@ -119,43 +124,46 @@ def trials(data: dd.StudyData, storage: str, version: tuple) -> None:
                                                           placeholder="all")
     s1, s2, _ = st.columns([2, 1, 3], vertical_alignment="bottom")
     sortable = ["trial", dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90, "duration s", "started"]
-    by = s1.selectbox("sort by", sortable, index=1, key="trials_sort")
+    by = s1.selectbox("sort by", sortable, index=1, key="trials_sort",
+                      format_func=lambda c: ui.column_in_unit(c, unit))
     descending = s2.toggle("descending", value=True, key="trials_desc")
     shown = dd.sort_trials(dd.filter_trials(frame, states=states, params=chosen), by,
                            descending=descending)
     shown = shown.copy()
     shown.insert(0, "open", [dd.page_url("trial", study=data.study.name, trial=n)
                              for n in shown["trial"]])
-    config = ui.number_columns(shown)
-    config["open"] = st.column_config.LinkColumn("", display_text="open", width="small")
-    # A reason is long; the columns after it stay on screen at 1400 px (hover shows it whole).
-    config["reason"] = st.column_config.TextColumn("reason", width="medium")
-    config["reason"] = st.column_config.TextColumn("reason", width="large")
-    st.dataframe(ui.rounded(shown), hide_index=True, column_config=config, width="stretch",
-                 height=420)
-    st.caption(f"{len(shown):,} of {len(frame):,} trials. Figures are at the concurrency level "
-               "the objective comes from (the fastest per GPU that met the SLA).")
+    config = {"open": st.column_config.LinkColumn("", display_text="open", width="small"),
+              # A reason is long; the columns after it stay on screen at 1400 px (hover shows
+              # it whole).
+              "reason": st.column_config.TextColumn("reason", width="large")}
+    ui.table(shown, unit, config=config, width="stretch", height=420)
+    st.caption(ui.say(f"{len(shown):,} of {len(frame):,} trials. Figures are at the "
+                      "concurrency level the objective comes from (the fastest per GPU that "
+                      "met the SLA).", unit))
 
 
-def load_curves(data: dd.StudyData) -> None:
+def load_curves(data: dd.StudyData, unit: str) -> None:
     curves = dd.load_curves(data)
     if curves is None:
         st.info("No level has been measured yet: each trial's curve appears when it finishes.")
         return
     y = st.radio("Against load", [dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90], horizontal=True,
-                 key="curve_y")
-    st.altair_chart(ui.load_curve_chart(curves, y), width="stretch")
-    st.caption(f"Each trial's measured levels by {curves.load}: filled where the level met the "
-               "SLA, a diamond at the highest load that met it (what a `concurrency: auto` "
-               "search found; the objective is the throughput there), the SLA's target dashed.")
+                 key="curve_y", format_func=lambda c: ui.column_in_unit(c, unit))
+    st.altair_chart(ui.load_curve_chart(curves, y, unit=unit), width="stretch")
+    drawn = ui.curve_points(curves, y)
+    st.caption(f"{ui.plural(len(drawn), 'measured level')} of "
+               f"{ui.plural(drawn['trial'].nunique(), 'trial')} drawn by {curves.load}: filled "
+               "where the level met the SLA, a diamond at the highest load that met it (what a "
+               "`concurrency: auto` search found; the objective is the throughput there), the "
+               "SLA's target dashed.")
     found = (curves.frame.drop_duplicates("trial")
              .loc[lambda f: f["load search"].notna(), ["trial", "config", dd.LOAD_AT_SLA,
                                                       "load search"]])
     if not found.empty:
-        st.dataframe(found, hide_index=True, width="stretch")
+        ui.table(found, unit, width="stretch")
 
 
-def failures(data: dd.StudyData) -> None:
+def failures(data: dd.StudyData, unit: str) -> None:
     groups = dd.failure_groups(data)
     if not groups:
         st.success("No trial failed and none was infeasible.")
@@ -164,10 +172,11 @@ def failures(data: dd.StudyData) -> None:
     st.markdown(f"{ui.plural(total, 'trial')} did not complete, for "
                 f"{ui.plural(len(groups), 'distinct reason')}.")
     for i, g in enumerate(groups):
-        title = f"**{g.kind}** · {ui.plural(len(g.trials), 'trial')} · {g.reason[:120]}"
+        reason = ui.say(g.reason, unit)
+        title = f"**{g.kind}** · {ui.plural(len(g.trials), 'trial')} · {reason[:120]}"
         with st.expander(title, expanded=i == 0):
             st.markdown("**Reason**")
-            st.code(g.reason, language=None, wrap_lines=True)
+            st.code(reason, language=None, wrap_lines=True)
             shown = list(zip(g.trials, g.configs, strict=True))[:20]
             st.markdown("**Trials**: " + ", ".join(f"{n} (`{c}`)" for n, c in shown)
                         + (f" and {len(g.trials) - 20} more" if len(g.trials) > 20 else ""))
@@ -186,13 +195,14 @@ def importance(data: dd.StudyData, storage: str, version: tuple) -> None:
     st.altair_chart(ui.importance_chart(imp.values), width="stretch")
     st.caption(f"Optuna's parameter importance (its default evaluator) over the {imp.complete} "
                "complete configurations this study measured, each once, at its figure: how "
-               "much of the spread of their figures each parameter explains. Only parameters "
-               "every one of them has are rated.")
+               "much of the spread of their figures each parameter explains "
+               f"({ui.plural(len(imp.values), 'parameter')} rated). Only parameters every one "
+               "of them has are rated.")
     if imp.note:
         st.warning(imp.note)
 
 
-def predicted(name: str, storage: str, version: tuple) -> None:
+def predicted(name: str, storage: str, version: tuple, unit: str) -> None:
     pvm = ui.predicted_vs_measured(storage, name, version)
     if pvm is None or not pvm.predicted:
         st.info("No predictions are stored for this study. The performance model stores them "
@@ -203,21 +213,12 @@ def predicted(name: str, storage: str, version: tuple) -> None:
         st.info(f"{pvm.predicted:,} predictions are stored, but no measured level has the same "
                 "configuration and concurrency yet.")
         return
-    import altair as alt
-
     rows = pvm.rows
-    top = float(max(rows["predicted tok/s/GPU"].max(), rows["measured tok/s/GPU"].max())) * 1.05
-    diagonal = alt.Chart(pd.DataFrame({"x": [0, top], "y": [0, top]})).mark_line(
-        strokeDash=[4, 4], color="grey").encode(x="x:Q", y="y:Q")
-    dots = alt.Chart(rows).mark_circle(size=80).encode(
-        x=alt.X("measured tok/s/GPU:Q", scale=alt.Scale(domain=[0, top])),
-        y=alt.Y("predicted tok/s/GPU:Q", scale=alt.Scale(domain=[0, top])),
-        color="concurrency:N", tooltip=list(rows.columns))
-    st.altair_chart(diagonal + dots, width="stretch")
+    st.altair_chart(ui.predicted_chart(rows, unit=unit), width="stretch")
     st.caption(f"{len(rows)} measured levels with a stored prediction (of {pvm.predicted:,} "
                f"predictions); median |error| {pvm.median_abs_error:.0%}. On the dashed line the "
                "model was exact; above it, it predicted too much.")
-    st.dataframe(rows, hide_index=True)
+    ui.table(rows, unit)
 
 
 @ui.page
@@ -233,7 +234,8 @@ def render() -> None:
         return
     ui.follow_changes(version)
     summary = dd.summarize(data)
-    headline(data, summary)
+    unit = ui.unit_of(data)
+    headline(data, summary, unit)
     if not data.trials:
         st.info("This study has no trial yet: it appears here as soon as its first trial "
                 "starts.")
@@ -246,12 +248,12 @@ def render() -> None:
                    "search space or run more trials.")
     else:
         ui.draw_best_card(card, data, key="best")
-    pareto(data, summary, storage, version)
+    pareto(data, summary, storage, version, unit)
 
-    views = [lambda: progress(data), lambda: trials(data, storage, version),
-             lambda: load_curves(data), lambda: failures(data),
+    views = [lambda: progress(data, unit), lambda: trials(data, storage, version, unit),
+             lambda: load_curves(data, unit), lambda: failures(data, unit),
              lambda: importance(data, storage, version),
-             lambda: predicted(name, storage, version)]
+             lambda: predicted(name, storage, version, unit)]
     for tab, draw in zip(st.tabs(TABS, key="view", bind="query-params"), views, strict=True):
         with tab:
             if tab.open:  # only the open tab reads and draws

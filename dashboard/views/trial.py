@@ -2,7 +2,6 @@
 answers against the quality gate's reference (the differing ones side by side) and the server
 log's tail."""
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 import tuner_ui as ui
@@ -35,27 +34,29 @@ def render() -> None:
     st.page_link("views/study.py", label=f"Study {name}", icon=":material/arrow_back:",
                  query_params={"study": name})
     trial = by_number[number]
+    unit = ui.unit_of(data)
 
     star = " · best of the study" if best is not None and best.number == trial.number else ""
     st.title(f"Trial {trial.number} of {name}  {ui.state_badge(trial.state)}")
     st.markdown(f"`{dd.describe(trial.params)}`{star}")
+    reason = ui.say(trial.failure_reason or "no reason recorded", unit)
     if trial.state in ("failed", "infeasible"):
-        st.error(f"**{trial.failure_kind or trial.state}**: {trial.failure_reason or 'no reason'}")
+        st.error(f"**{trial.failure_kind or trial.state}**: {reason}")
     elif trial.state == "pruned":
-        st.warning(f"**pruned**: {trial.failure_reason}")
+        st.warning(f"**pruned**: {reason}")
     elif trial.state == "running":
         st.info("This trial is running: its figures appear when it finishes.")
     for skipped in trial.skipped_levels:
         where = (f"{skipped['request_rate']:g} req/s" if skipped.get("request_rate") is not None
                  else f"c={skipped['concurrency']}")
-        st.caption(f"{where} {skipped['reason']}")
+        st.caption(ui.say(f"{where} {skipped['reason']}", unit))
     if trial.load_search is not None:
-        st.caption(f"load search: {trial.load_search}")
+        st.caption(ui.say(f"load search: {trial.load_search}", unit))
 
     cols = st.columns(5)
-    cols[0].metric(dd.TOK_GPU, ui.fmt(trial.objective))
+    cols[0].metric(ui.column_in_unit(dd.TOK_GPU, unit), ui.fmt(trial.objective))
     cols[1].metric("SLA", {None: "–", True: "met", False: "missed"}[trial.meets_sla])
-    cols[2].metric("GPUs", ui.fmt(trial.gpus))
+    cols[2].metric(ui.column_in_unit("GPUs", unit), ui.fmt(trial.gpus))
     cols[3].metric("engine", f"{data.study.engine} {trial.engine_version or ''}".strip())
     duration = ((trial.finished_at - trial.started_at).total_seconds()
                 if trial.finished_at else None)
@@ -64,9 +65,9 @@ def render() -> None:
     left, right = st.columns(2, gap="large")
     with left:
         st.subheader("Configuration")
-        values = [str(dd.param_value(v)) for v in trial.params.values()]
-        st.dataframe(pd.DataFrame({"parameter": list(trial.params), "value": values}),
-                     hide_index=True, width="stretch")
+        values = ["–" if v is None else str(dd.param_value(v)) for v in trial.params.values()]
+        ui.table(pd.DataFrame({"parameter": list(trial.params), "value": values}), unit,
+                 width="stretch")
         hw = trial.hardware or {}
         st.caption(f"host {trial.worker_host or '–'} (pid {trial.worker_pid or '–'}) · "
                    f"{hw.get('description', data.study.gpu_type)} · started "
@@ -90,14 +91,14 @@ def render() -> None:
 
     st.subheader("Measurements, one row per level")
     if trial.measurements:
-        levels = ui.rounded(dd.levels_frame(trial, study=data.study))
-        st.dataframe(levels, hide_index=True, width="stretch",
-                     column_config=ui.number_columns(levels))
+        ui.table(dd.levels_frame(trial, study=data.study), unit, width="stretch")
         curves = dd.load_curves(dd.StudyData(data.study, [trial]))
         if curves is not None and len(curves.frame) > 1:
             y = st.radio("Load curve", [dd.TOK_GPU, "TTFT p90 ms", dd.USER_P90],
-                         horizontal=True, key="curve_y")
-            st.altair_chart(ui.load_curve_chart(curves, y, height=280), width="stretch")
+                         horizontal=True, key="curve_y",
+                         format_func=lambda c: ui.column_in_unit(c, unit))
+            st.altair_chart(ui.load_curve_chart(curves, y, unit=unit, height=280),
+                            width="stretch")
     else:
         st.info("No level was measured.")
     if trial.quality is not None:
@@ -122,29 +123,22 @@ def render() -> None:
             for col, view in zip(st.columns(len(flips)), flips, strict=True):
                 col.markdown(f"**{view.title}**")
                 col.caption(view.line)
-                col.dataframe(view.frame, hide_index=True, width="stretch")
+                ui.table(view.frame, unit, where=col, width="stretch")
         differ = dd.quality_answers(data, trial)
         if len(differ):
             st.markdown(f"**{len(differ)} answer(s) differ from the reference**")
-            st.dataframe(differ, hide_index=True, width="stretch")
+            ui.table(differ, unit, width="stretch")
     rounds = dd.head_to_head_frame(data.study, trial)
     if rounds is not None:
         st.subheader("Head-to-head, the finalists' rounds over time")
-        st.caption(" · ".join(dd.head_to_head_lines(data.study)))
-        chart = alt.Chart(rounds).mark_line(point=True).encode(
-            x=alt.X("at:T", title="time"),
-            y=alt.Y(f"{dd.TOK_GPU}:Q", title=dd.TOK_GPU, scale=alt.Scale(zero=False)),
-            color=alt.Color("trial:N", scale=alt.Scale(scheme="tableau10")),
-            tooltip=["trial", "pair", alt.Tooltip("at:T", format="%H:%M:%S"),
-                     alt.Tooltip(f"{dd.TOK_GPU}:Q", format=",.0f")])
-        st.altair_chart(chart, width="stretch")
+        st.caption(ui.say(" · ".join(dd.head_to_head_lines(data.study)), unit))
+        st.altair_chart(ui.head_to_head_chart(rounds, unit=unit), width="stretch")
     if trial.confirm_state is not None:
         st.subheader("Confirmation, the same configuration in a fresh server")
-        st.caption(dd.confirmation_text(trial))
+        st.caption(ui.say(dd.confirmation_text(trial), unit))
         if trial.confirmation:
-            again = ui.rounded(dd.levels_frame(trial, confirmation=True, study=data.study))
-            st.dataframe(again, hide_index=True, width="stretch",
-                         column_config=ui.number_columns(again))
+            ui.table(dd.levels_frame(trial, confirmation=True, study=data.study), unit,
+                     width="stretch")
 
     if trial.state == "complete":
         card = dd.best_card(data, trial)

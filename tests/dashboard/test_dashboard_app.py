@@ -7,6 +7,8 @@ Fast tests use small databases written through the Store and Optuna APIs; the te
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +22,14 @@ pytest.importorskip("streamlit", reason="the dashboard extra is not installed (m
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from tests.report.test_dashboard_data import SERVING_PATH, P, StudyWriter, level, mixed_study  # noqa: E402
+from tests.report.test_dashboard_data import (  # noqa: E402
+    SERVING_PATH,
+    P,
+    StudyWriter,
+    level,
+    mixed_study,
+    troubled_study,
+)
 from tuner.report import dashboard_data as dd  # noqa: E402
 from tuner.store import Store  # noqa: E402
 
@@ -97,6 +106,92 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def _arrow(data: bytes):
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
+def shown(at: AppTest) -> dict[str, str]:
+    """What the page sent the browser, element by element (keyed by kind and place): each
+    element's message as text (labels, help, options, markdown, captions, tab and expander
+    labels), a chart's Vega-Lite spec (titles, fields, tooltips) with its data's columns and text
+    values, and a table's column names and cells as drawn (a missing one as its placeholder,
+    which the browser shows as "None" unless told otherwise)."""
+    from streamlit.testing.v1.element_tree import Block, Dataframe
+
+    found: dict[str, str] = {}
+
+    def visit(node, where: str) -> None:
+        key = f"{where}/{node.type}"
+        if isinstance(node, Dataframe):
+            frame, missing = node.value, node.proto.placeholder or "None"
+            cells = [missing if _missing(v) else str(v) for v in frame.to_numpy().ravel()]
+            found[key] = "\n".join([*map(str, frame.columns), *cells])
+        elif node.type == "vega_lite_chart":
+            parts = [node.proto.spec]
+            for dataset in node.proto.datasets:
+                table = _arrow(dataset.data.data)
+                parts += table.column_names
+                parts += [str(v) for c in table.columns for v in c.to_pylist()
+                          if isinstance(v, str)]
+            found[key] = "\n".join(parts)
+        elif getattr(node, "proto", None) is not None:
+            found[key] = str(node.proto)
+        if isinstance(node, Block):
+            for i, child in node.children.items():
+                visit(child, f"{key}[{i}]")
+
+    visit(at._tree, "")
+    return found
+
+
+def _missing(v) -> bool:
+    import pandas as pd
+
+    return v is None or (not isinstance(v, (list, tuple, dict)) and bool(pd.isna(v)))
+
+
+def mark_data(at: AppTest, mark: str) -> list:
+    """Per chart on the page that has a `mark` layer (a diamond marking one point apart is not
+    one), the data that layer was sent, as a pyarrow table: a row per mark it draws."""
+    found = []
+    for chart in at.get("vega_lite_chart"):
+        spec = json.loads(chart.proto.spec)
+        tables = {d.name: _arrow(d.data.data) for d in chart.proto.datasets}
+        layers = [layer for layer in spec.get("layer", [spec])
+                  if _mark(layer) == mark and "diamond" not in json.dumps(layer.get("mark"))]
+        if layers:  # layers that share their data have it once, above them
+            found.append(tables[layers[0].get("data", spec.get("data"))["name"]])
+    return found
+
+
+def mark_rows(at: AppTest, mark: str) -> list[int]:
+    """Per chart on the page that has a `mark` layer, the number of marks it draws."""
+    return [table.num_rows for table in mark_data(at, mark)]
+
+
+def _mark(layer: dict) -> str | None:
+    mark = layer.get("mark")
+    return mark.get("type") if isinstance(mark, dict) else mark
+
+
+def every_view(monkeypatch, url: str, study: str = "s"):
+    """Every page of the app on `study`, every tab of its Study page and the Trial page of each
+    of its trials, rendered: (where, app) pairs."""
+    for page in PAGES:
+        at = open_page(monkeypatch, url, page, study=study)
+        yield page, at
+        if page == "views/study.py":
+            for tab in STUDY_TABS:
+                yield f"{page} · {tab}", show_tab(at, tab)
+    with Store.open(url, create=False) as store:
+        numbers = [t.number for t in store.trials(study)]
+    for n in numbers:
+        yield f"trial {n}", open_page(monkeypatch, url, "views/trial.py", study=study,
+                                      trial=str(n))
+
+
 # ---------------------------------------------------------------- empty states and errors
 
 
@@ -147,7 +242,7 @@ def test_a_study_with_only_failed_trials_explains_why_there_is_no_result(monkeyp
     at = open_page(monkeypatch, url, "views/study.py", study="broken")
     m = metrics(at)
     assert (m["complete"], m["failed"], m["infeasible"]) == ("0", "2", "1")
-    assert m[f"best {dd.TOK_GPU}"] == "–"
+    assert m["best tok/s/core"] == "–"  # a CPU study's figures are per core
     assert any("No trial met the SLA yet" in w.value for w in at.warning)
     assert not at.download_button
     assert "No concurrency level has been measured yet" in text(at)
@@ -177,12 +272,12 @@ def test_overview_lists_every_study_with_counts_and_best(monkeypatch, tmp_path):
     StudyWriter(url, "h200-study", gpu_type="H200").running(0, P())
     at = open_page(monkeypatch, url)
     table = at.dataframe[0].value.set_index("study")
-    assert table.loc["cpu-study", f"best {dd.TOK_GPU}"] == 1500
+    assert table.loc["cpu-study", "best tok/s/device"] == 1500  # a core beside a GPU
     assert table.loc["cpu-study", ["complete", "failed", "infeasible", "running"]].tolist() == [
         2, 1, 1, 0]
     assert table.loc["h200-study", "running"] == 1
     assert table.loc["h200-study", "state"] == "running"
-    assert table.loc["h200-study", "GPU type"] == "H200"
+    assert table.loc["h200-study", "hardware"] == "H200"
     assert metrics(at)["studies"] == "2"
     assert len(at.get("page_link")) >= 2
 
@@ -191,7 +286,7 @@ def test_study_page_shows_the_best_configuration_to_take_away(monkeypatch, tmp_p
     url = sqlite_url(tmp_path / "tuner.db")
     mixed_study(url)
     at = open_page(monkeypatch, url, "views/study.py", study="s")
-    assert metrics(at)[f"best {dd.TOK_GPU}"] == "1,500"
+    assert metrics(at)["best tok/s/core"] == "1,500"
     page = text(at)
     assert "Best configuration · trial 2" in page
     assert "`tp=1` `ep=off` `batch=4`" in page
@@ -297,9 +392,9 @@ def test_compare_puts_two_studies_on_one_chart_and_one_table(monkeypatch, tmp_pa
     at = open_page(monkeypatch, url, "views/compare.py")
     assert charts(at) == 1
     table = at.dataframe[0].value.set_index("study")
-    assert table.loc["h200-study", f"best {dd.TOK_GPU}"] == 9000
-    assert table.loc["cpu-study", f"best {dd.TOK_GPU}"] == 1500
-    assert table.loc["h200-study", "GPU type"] == "H200"
+    assert table.loc["h200-study", "best tok/s/device"] == 9000  # per GPU beside per core
+    assert table.loc["cpu-study", "best tok/s/device"] == 1500
+    assert table.loc["h200-study", "hardware"] == "H200"
 
 
 def test_choose_puts_both_gpu_types_on_one_chart_and_the_cheapest_on_a_card(monkeypatch,
@@ -354,6 +449,30 @@ def test_rendering_every_page_changes_nothing_in_the_database(monkeypatch, tmp_p
             for tab in STUDY_TABS:
                 show_tab(at, tab)
     assert _dump(db) == before
+
+
+def listing(folder: Path) -> dict[str, tuple[int, str]]:
+    """Every file in the folder: its size and its bytes' hash."""
+    return {p.name: (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.iterdir())}
+
+
+def test_a_copied_database_opened_read_only_leaves_its_folder_byte_identical(monkeypatch,
+                                                                           tmp_path):
+    study = tmp_path / "study"
+    study.mkdir()
+    troubled_study(sqlite_url(study / "tuner.db"))
+    shared = tmp_path / "shared"  # the database alone in a folder, as one is shared
+    shared.mkdir()
+    source, copy = sqlite3.connect(study / "tuner.db"), sqlite3.connect(shared / "tuner.db")
+    source.backup(copy)  # a consistent copy of a study's WAL database, itself in WAL mode
+    copy.close()
+    source.close()
+    before = listing(shared)
+    assert list(before) == ["tuner.db"]
+    for where, _ in every_view(monkeypatch, sqlite_url(shared / "tuner.db")):
+        # While the dashboard holds the database open: no -wal, -shm or -journal beside it.
+        assert listing(shared) == before, where
 
 
 WRITER = textwrap.dedent("""
@@ -441,13 +560,13 @@ def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
 
     at = open_page(monkeypatch, real_url)
     row = at.dataframe[0].value.set_index("study").loc["test-study"]
-    assert row[f"best {dd.TOK_GPU}"] == round(best.objective)
+    assert row["best tok/s/core"] == round(best.objective)  # a CPU study
     assert (row["complete"], row["failed"], row["infeasible"]) == (
         counts["complete"], counts["failed"], counts["infeasible"])
 
     at = open_page(monkeypatch, real_url, "views/study.py", study="test-study")
     m = metrics(at)
-    assert m[f"best {dd.TOK_GPU}"] == f"{best.objective:,.0f}"
+    assert m["best tok/s/core"] == f"{best.objective:,.0f}"
     assert (m["complete"], m["failed"], m["infeasible"]) == (
         str(counts["complete"]), str(counts["failed"]), str(counts["infeasible"]))
     assert f"Best configuration · trial {best.number}" in text(at)

@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from tuner.report import dashboard_data as dd
 from tuner.report.export import write_export
-from tuner.store import Store, StoreError
+from tuner.store import QualityCheck, Store, StoreError
 from tuner.store.records import LevelMeasurement
 
 SPEC = {
@@ -136,6 +136,50 @@ def mixed_study(url: str, name: str = "s", gpu_type: str = "cpu") -> StudyWriter
            log_tail="loading...\nSegfault encountered in fused_moe_impl\n")
     w.complete(2, P(1, batch=4), [level(2, 500.0, 230.0), level(8, 1500.0, 150.0)])
     w.infeasible(3, P(1, True), "expert parallel over a single rank")
+    return w
+
+
+# Reasons as the search words them: per GPU, whatever the study's hardware (the pages say them
+# in the study's unit).
+PRUNED = ("clearly below the incumbent: its best level (c=8) reached at most 760 tok/s/GPU "
+          "(95% interval) in 3 rounds, under the incumbent's 1,400")
+DIFFERS = ("-200 tok/s/GPU (-13%) from the first run (1,500), beyond ±90 tok/s/GPU (95% "
+           "intervals of both runs)")
+GATE_FAILED = QualityCheck(
+    passed=False, prompts=8, exact_match_rate=0.75, mean_common_prefix=20.0,
+    common_prefix_share=0.8, mean_logprob_divergence=0.02, gate_s=1.5, answers=[],
+    reason="2 of 8 answers diverge", identical=6, near_ties=0, diverging=2, failed=0)
+# A level where every request failed: no figure to draw.
+DEAD = dict(errors=16, ttft_p50_ms=None, ttft_p90_ms=None, ttft_p99_ms=None, itl_p50_ms=None,
+            itl_p90_ms=None, itl_p99_ms=None, tpot_p50_ms=None, tpot_p90_ms=None,
+            e2e_p50_ms=None, e2e_p90_ms=None, tok_s_per_user_p50=None, goodput_rps=0.0,
+            error_sample="connection reset")
+
+
+def troubled_study(url: str, name: str = "s", gpu_type: str = "cpu") -> StudyWriter:
+    """mixed_study and everything else that goes wrong: a pruned trial, one that failed the
+    quality gate with its figures, a level where every request failed, a confirmation that
+    differs, and a trial still running."""
+    w = mixed_study(url, name, gpu_type)
+    store = w.store
+    for number, params, state, objective, levels, extra in (
+            (4, P(2, batch=4), "pruned", 700.0,
+             [level(2, 300.0, 240.0), level(8, 700.0, 160.0)], {"failure_reason": PRUNED}),
+            (5, P(1), "failed", 1050.0, [level(2, 400.0, 220.0), level(8, 1050.0, 140.0)],
+             {"failure_kind": "quality", "failure_reason": "2 of 8 answers diverge",
+              "quality": GATE_FAILED}),
+            (6, P(2, True, 4), "complete", 450.0,
+             [level(2, 450.0, 210.0), level(8, 0.0, None, meets=False, **DEAD)], {})):
+        tid = store.start_trial(name, number, params, worker_host="h", worker_pid=1,
+                                gpus=params["tensor_parallel_size"], hardware=HW,
+                                launch_plan=_plan(params))
+        store.finish_trial(tid, state=state, objective=objective, meets_sla=True,
+                           engine_version="0.32.0", measurements=levels, **extra)
+        w._tell(params, objective if state == "complete" else None)
+    store.record_confirmation(name, 2, state="differs", objective=1300.0, meets_sla=True,
+                              reason=DIFFERS, measurements=[level(2, 450.0, 220.0),
+                                                            level(8, 1300.0, 140.0)])
+    w.running(7, P(1, True, 4))
     return w
 
 
@@ -463,6 +507,18 @@ def test_the_data_version_changes_when_a_study_writes(url):
     pg = "postgresql://u@db/tuner"
     assert dd.data_version(pg, now=100.0) == dd.data_version(pg, now=104.0)
     assert dd.data_version(pg, now=100.0) != dd.data_version(pg, now=105.0)
+
+
+def test_the_data_version_ignores_the_empty_log_a_reader_makes_and_removes(tmp_path):
+    db = tmp_path / "tuner.db"
+    url = f"sqlite:///{db}"
+    Store.open(url).close()
+    before = dd.data_version(url)
+    wal = tmp_path / "tuner.db-wal"
+    wal.touch()  # as each read of a WAL database makes it, until the last reader closes
+    assert dd.data_version(url) == before
+    wal.write_bytes(b"a commit")
+    assert dd.data_version(url) != before
 
 
 def test_compare_puts_each_study_best_in_one_row_and_each_front_on_one_chart(url):
