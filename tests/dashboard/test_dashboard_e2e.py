@@ -137,7 +137,7 @@ def test_the_study_page_shows_the_best_configuration_in_a_browser(real_study_dir
         page.goto(f"{server.url}/study?study=test-study", timeout=60_000)
         card = page.get_by_text(f"Best configuration · trial {best.number}")
         card.wait_for(timeout=60_000)
-        page.get_by_text("Throughput per GPU against per-user speed").wait_for(timeout=30_000)
+        page.get_by_text("Throughput per core against per-user speed").wait_for(timeout=30_000)
         page.locator("[data-testid='stVegaLiteChart'] canvas, "
                      "[data-testid='stVegaLiteChart'] svg").first.wait_for(timeout=30_000)
         values = page.get_by_test_id("stMetricValue").all_inner_texts()
@@ -205,3 +205,49 @@ def test_the_choose_page_puts_both_gpu_types_on_one_chart_with_the_winner_in_a_b
     finally:
         code = server.stop()
     assert code == 0, server.log.read_text()[-2000:]
+
+
+# Each page, and what it shows once drawn.
+LOCAL_ROUTES = {"/": "Open a study", "/study?study=s": "Best configuration",
+                "/compare": "Best of each study",
+                "/choose": "Cheapest meeting the targets", "/trial?study=s&trial=2": "Server log"}
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+def is_local(url: str) -> bool:
+    """A request that stays on this machine: to the dashboard's own server, or data the page
+    holds already (data:, blob:)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme in ("data", "blob", "about") or parts.hostname in LOCAL_HOSTS
+
+
+def test_no_request_leaves_the_machine_while_the_pages_load(browser, tmp_path):
+    from tests.report.test_dashboard_data import P, StudyWriter, level, troubled_study
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    troubled_study(url)
+    StudyWriter(url, "t").complete(0, P(2), [level(8, 5000.0, 90.0), level(64, 9000.0, 60.0)])
+    server = Dashboard(url, tmp_path)
+    requested: list[str] = []
+    try:
+        server.wait_ready()
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.on("request", lambda request: requested.append(request.url))
+        page.on("websocket", lambda socket: requested.append(socket.url))
+        for route, drawn in LOCAL_ROUTES.items():
+            page.goto(server.url + route, timeout=60_000)
+            page.get_by_text(drawn).first.wait_for(timeout=60_000)
+            if route.startswith("/study"):
+                for tab in ("Trials", "Load curves", "Failures", "Parameter importance",
+                            "Predicted vs measured"):
+                    page.get_by_role("tab", name=tab).click()
+                    page.wait_for_load_state("networkidle")
+            page.wait_for_load_state("networkidle")
+            time.sleep(1)  # the charts draw after the page settles: whatever they fetch counts
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()[-2000:]
+    assert any(u.startswith(server.url) for u in requested)  # the recording saw the pages
+    assert [u for u in requested if not is_local(u)] == []
