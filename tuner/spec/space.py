@@ -60,7 +60,20 @@ CANONICAL_PARAMETERS = {
     "speculative_method": (NAME, "none, ngram (model-free) or eagle3 (draft model from the spec)"),
     "num_speculative_tokens": (COUNT, "draft length of speculative decoding"),
     "prompt_lookup_max": (COUNT, "n-gram speculation: longest n-gram looked up in the prompt"),
+    "replicas": (COUNT, "independent servers of the configuration, each on devices of its own, "
+                 "behind a router"),
+    "router_policy": (NAME, "how the router in front of the replicas picks one for each request "
+                      "(the router's own policy names, e.g. cache_aware, round_robin)"),
 }
+
+# Parameters of the deployment around the engine servers, not of any engine: no engine flag
+# carries them, whatever the engine (tuner.serve.routers lays them out).
+DEPLOYMENT_PARAMETERS = frozenset({"replicas", "router_policy"})
+
+
+def replicas_of(config: dict[str, Any]) -> int:
+    """The servers a configuration runs as: its `replicas`, 1 when it has none."""
+    return int(config.get("replicas", 1))
 
 
 def _fits(kind: str, value: Any) -> bool:
@@ -99,7 +112,8 @@ SHORT_NAMES = {"tensor_parallel_size": "tp", "data_parallel_size": "dp",
                "moe_activation": "act", "max_batch_size": "batch",
                "max_num_tokens": "tokens", "kv_cache_dtype": "kv", "gpu_memory_fraction": "mem",
                "speculative_method": "spec", "num_speculative_tokens": "draft",
-               "prompt_lookup_max": "lookup"}
+               "prompt_lookup_max": "lookup", "replicas": "replicas",
+               "router_policy": "router"}
 
 
 def describe(params: dict[str, Any]) -> str:

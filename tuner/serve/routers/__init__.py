@@ -1,0 +1,32 @@
+"""Routers in front of a configuration's replicas: one adapter per router, behind the `Router`
+protocol, looked up by the engine its replicas run (each engine family ships its own router).
+
+A router is a real one, not written here; tuner builds its command, starts it with the
+launcher beside the replicas and stops it with them (tuner.serve.routers.deployment).
+"""
+
+from __future__ import annotations
+
+from tuner.serve.routers.base import Router, find_executable
+from tuner.serve.routers.replicas import deployment, engine_config, world_size
+from tuner.serve.routers.vllm_router import VllmRouter
+from tuner.spec.errors import BadInput
+
+# Engine -> the router that fronts its replicas.
+_ROUTERS: dict[str, Router] = {"vllm": VllmRouter()}
+
+__all__ = ["Router", "deployment", "engine_config", "find_executable", "get_router", "has_router",
+           "world_size"]
+
+
+def has_router(engine: str) -> bool:
+    return engine in _ROUTERS
+
+
+def get_router(engine: str) -> Router:
+    try:
+        return _ROUTERS[engine]
+    except KeyError:
+        raise BadInput(f"replicas of engine {engine} have no router in tuner yet (routers: "
+                       f"{', '.join(f'{k}: {v.name}' for k, v in _ROUTERS.items())}): "
+                       "leave replicas and router_policy out of the space") from None
