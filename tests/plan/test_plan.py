@@ -358,12 +358,13 @@ def test_warm_start_runs_the_models_top_picks_first_and_never_launches_what_cann
 
 
 def _level(concurrency: int, per_gpu: float, per_user: float, ttft: float = 100.0,
-           ttft_p90: float = 150.0) -> LevelMeasurement:
+           ttft_p90: float = 150.0, ttft_p99: float | None = None) -> LevelMeasurement:
     return LevelMeasurement(
         concurrency=concurrency, requests=64, errors=0, duration_s=60.0, input_tokens=65536,
         output_tokens=65536, request_throughput=1.0, output_tok_s=per_gpu,
         output_tok_s_per_gpu=per_gpu,
-        ttft_p50_ms=ttft, ttft_p90_ms=ttft_p90, ttft_p99_ms=ttft_p90 * 1.3, itl_p50_ms=10.0,
+        ttft_p50_ms=ttft, ttft_p90_ms=ttft_p90,
+        ttft_p99_ms=ttft_p90 * 1.3 if ttft_p99 is None else ttft_p99, itl_p50_ms=10.0,
         itl_p90_ms=12.0, itl_p99_ms=15.0, tpot_p50_ms=10.0, tpot_p90_ms=12.0, e2e_p50_ms=9000.0,
         e2e_p90_ms=9500.0, tok_s_per_user_p50=per_user, tok_s_per_user_p90=per_user * 0.9,
         goodput_rps=1.0, meets_sla=True)
@@ -393,7 +394,8 @@ def synthetic_study(url: str, truth: pm.Calibration) -> None:
                                measurements=[_level(c, float(p.tok_s_per_gpu[0, j]),
                                                     float(p.tok_s_per_user[0, j]),
                                                     float(p.ttft_ms[0, j]),
-                                                    float(p.ttft_p90_ms[0, j]))
+                                                    float(p.ttft_p90_ms[0, j]),
+                                                    float(p.ttft_p99_ms[0, j]))
                                              for j, c in enumerate(levels)])
 
 
@@ -422,9 +424,10 @@ def test_calibrating_to_a_study_reduces_the_error_on_its_measurements(tmp_path: 
     with Store.open(url, create=False) as store:
         obs = study_fit.study_observations(store.get_study("gpt-oss-120b-h200"),
                                            store.trials("gpt-oss-120b-h200"))
-    assert len(obs) == 12 * 4 * 4  # tok/s per GPU, per user, TTFT median and p90 per level
+    assert len(obs) == 12 * 4 * 5  # tok/s per GPU, per user, TTFT median, p90, p99 per level
     assert np.median(np.abs(pm.errors(obs, refit))) < 0.02
     assert refit.summary["bands"]["ttft"]["rows"] == 12 * 4 * 2
+    assert refit.summary["bands"]["ttft_p99"]["rows"] == 12 * 4
 
 
 TINY_STUDY = json.loads((Path(__file__).parent / "data" / "tiny_cpu_study.json").read_text())
@@ -465,6 +468,27 @@ def test_calibrating_to_the_tiny_cpu_study_lowers_the_error_on_its_held_out_tria
     assert summary["held_out_trials"] == 3
     assert summary["held_out_median_abs_error_after"] < summary[
         "held_out_median_abs_error_before"]
+
+
+def test_the_tiny_cpu_studys_trials_refit_the_model_as_they_land(tmp_path: Path):
+    """The closed loop: after each trial lands, the model refitted to the trials so far
+    predicts the trials still to come better than the model it started from."""
+    url = f"sqlite:///{tmp_path / 'tiny.db'}"
+    name = tiny_cpu_study(url)
+    with Store.open(url, create=False) as store:
+        numbered = study_fit.trial_observations(store.get_study(name), store.trials(name))
+    loop = study_fit.closed_loop(numbered, pm.load_calibration())
+    assert [p.landed for p in loop] == [0, 1, 2]
+    assert loop[0].observations > loop[1].observations > loop[2].observations > 0
+    assert loop[-1].median_abs_error < loop[0].median_abs_error / 2
+
+
+def test_a_refit_names_each_factor_it_moved_with_what_it_explains():
+    start = pm.load_calibration()
+    moved = pm.Calibration({**start.factors, "admit_steps.vllm": 2.0}, "test", {})
+    (line,) = study_fit.factor_lines(start, moved)
+    assert line.startswith(f"admit_steps.vllm: {start['admit_steps.vllm']:.4g} -> 2 (")
+    assert "steps a new request waits" in line
 
 
 def test_calibrating_a_study_that_does_not_exist_is_bad_input(tmp_path: Path):

@@ -1,10 +1,10 @@
 """`tuner plan`: the performance model's predictions for every configuration of a search space.
 
 It enumerates the space for one GPU type and engine, applies the engine rules, predicts tok/s per
-GPU, tok/s per user and TTFT (median, p90) at each of the spec's concurrency levels, each with its
-80% band, marks what cannot fit in memory and why, and ranks: the study's objective (the best
-tok/s per GPU among levels predicted to meet the SLA) and the Pareto front of tok/s per GPU
-against tok/s per user. The warm start ranks by the levels whose band reaches the SLA.
+GPU, tok/s per user and TTFT (median, p90, p99) at each of the spec's concurrency levels, each
+with its 80% band, marks what cannot fit in memory and why, and ranks: the study's objective
+(the best tok/s per GPU among levels predicted to meet the SLA) and the Pareto front of tok/s per
+GPU against tok/s per user. The warm start ranks by the levels whose band reaches the SLA.
 Predictions are stored as predictions (source "perfmodel"), never as measurements; the model
 itself stores nothing. Refitting to a study is in study_fit.
 """
@@ -243,7 +243,7 @@ def summary_lines(plan: Plan, examples: int = 3) -> list[str]:
         f"{label} x/÷ {np.exp(pm.BAND_Z * pm.sigma(plan.calibration, g)[0]):.2f} "
         f"({pm.sigma(plan.calibration, g)[1]})" for g, label in (
             ("tok_s_per_gpu", "tok/s per GPU"), ("tok_s_per_user", "per user"),
-            ("ttft", "TTFT"))))
+            ("ttft", "TTFT median and p90"), ("ttft_p99", "TTFT p99"))))
     if plan.acceptance is not None:
         lines.append(f"speculative configurations at acceptance rate {plan.acceptance:.0%} "
                      "(--acceptance)")
@@ -294,6 +294,7 @@ def top_frame(plan: Plan, n: int) -> Any:
 ROW_FIELDS = ("concurrency", "fits", "output_tok_s_per_gpu", "output_tok_s_per_gpu_lo",
               "output_tok_s_per_gpu_hi", "tok_s_per_user", "tok_s_per_user_lo",
               "tok_s_per_user_hi", "ttft_ms", "ttft_p90_ms", "ttft_p90_ms_lo", "ttft_p90_ms_hi",
+              "ttft_ms_lo", "ttft_ms_hi", "ttft_p99_ms", "ttft_p99_ms_lo", "ttft_p99_ms_hi",
               "meets_sla", "band_reaches_sla", "reason")
 
 
@@ -314,6 +315,9 @@ def level_row(plan: Plan, m: int, j: int) -> dict[str, Any]:
         "ttft_ms": r(p.ttft_ms),  # median
         "ttft_p90_ms": r(p.ttft_p90_ms),
         "ttft_p90_ms_lo": r(b.ttft_p90_ms[0]), "ttft_p90_ms_hi": r(b.ttft_p90_ms[1]),
+        "ttft_ms_lo": r(b.ttft_ms[0]), "ttft_ms_hi": r(b.ttft_ms[1]),
+        "ttft_p99_ms": r(p.ttft_p99_ms),
+        "ttft_p99_ms_lo": r(b.ttft_p99_ms[0]), "ttft_p99_ms_hi": r(b.ttft_p99_ms[1]),
         "meets_sla": bool(plan.meets_sla[m, j]),
         "band_reaches_sla": bool(plan.reaches_sla[m, j]),
         "reason": plan.level_reason(m, j),

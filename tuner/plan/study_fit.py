@@ -42,8 +42,9 @@ def shape_name(spec: StudySpec, study_name: str) -> str:
 
 def study_observations(study: Any, trials: Sequence[Any]) -> list[pm.Observation]:
     """A stored study's measured levels as observations: tok/s per GPU, the median decode speed
-    per user and TTFT (median, p90) at each level of every complete trial. Each level's measured
-    draft acceptance, where the engine counted one, is part of its setup (not a factor to fit)."""
+    per user and TTFT (median, p90, p99) at each level of every complete trial. Each level's
+    measured draft acceptance, where the engine counted one, is part of its setup (not a factor
+    to fit)."""
     return [o for _, o in trial_observations(study, trials)]
 
 
@@ -76,7 +77,8 @@ def trial_observations(study: Any, trials: Sequence[Any]) -> list[tuple[int, pm.
                                 acceptance_rate=rate)
             figures = (("output_tok_s_per_gpu", m.output_tok_s_per_gpu),
                        ("output_tok_s_per_user", m.tok_s_per_user_p50),
-                       ("ttft_ms", m.ttft_p50_ms), ("ttft_p90_ms", m.ttft_p90_ms))
+                       ("ttft_ms", m.ttft_p50_ms), ("ttft_p90_ms", m.ttft_p90_ms),
+                       ("ttft_p99_ms", m.ttft_p99_ms))
             out.extend((t.number, pm.Observation(setup, m.concurrency, metric, float(v)))
                        for metric, v in figures if v)
     return out
@@ -109,6 +111,39 @@ def refit(numbered: Sequence[tuple[int, pm.Observation]], start: pm.Calibration,
     factors = {k: round(v, 6) for k, v in fitted.factors.items()}
     return Refit(pm.Calibration(factors, source, summary), obs, before, after,
                  np.array(ho_before), np.array(ho_after), summary["held_out_trials"])
+
+
+@dataclass
+class LoopPoint:
+    """The closed loop after `landed` trials: the factors refitted to them predict the rest."""
+
+    landed: int
+    median_abs_error: float  # on the study's trials not landed yet
+    observations: int  # of those trials
+
+
+def closed_loop(numbered: Sequence[tuple[int, pm.Observation]],
+                start: pm.Calibration) -> list[LoopPoint]:
+    """The study's own trials refitting the model as they land, in trial order: after each
+    trial (and before the first), the median error of the refitted model on the trials still to
+    come, which it has not seen."""
+    numbers = sorted({n for n, _ in numbered})
+    out = []
+    for k in range(len(numbers)):
+        seen = set(numbers[:k])
+        landed = [o for n, o in numbered if n in seen]
+        ahead = [o for n, o in numbered if n not in seen]
+        cal = pm.fit(landed, start, source="closed loop", prior=start) if landed else start
+        out.append(LoopPoint(k, float(np.median(np.abs(pm.errors(ahead, cal)))), len(ahead)))
+    return out
+
+
+def factor_lines(start: pm.Calibration, fitted: pm.Calibration) -> list[str]:
+    """Each factor a refit moved: its value before and after, and what it explains."""
+    priors = pm.facts().priors
+    return [f"{k}: {start[k]:.4g} -> {v:.4g} ({' '.join(priors[k].about.split())})"
+            for k, v in fitted.factors.items()
+            if k in priors and abs(v - start[k]) > 1e-3 * abs(start[k])]
 
 
 def _median(errors: np.ndarray) -> float | None:

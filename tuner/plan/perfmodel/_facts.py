@@ -132,6 +132,21 @@ class Prior:
 
 
 @dataclass(frozen=True)
+class Harness:
+    """A benchmark harness's settings its published figures leave out (tuner/data/perfmodel.yaml
+    `harnesses`), recognised by a word of a figure's source."""
+
+    name: str
+    match: tuple[str, ...]
+    length_range: str  # "a..b" as a figure's length_range column
+    prompts_per_client: float  # closed loop: prompts per client, timed from every client's start
+    max_num_tokens: dict[str, int]  # engine -> its servers' token budget, where not the default
+
+    def matches(self, source: str) -> bool:
+        return any(word.lower() in source.lower() for word in self.match)
+
+
+@dataclass(frozen=True)
 class Facts:
     reserved_bytes: float
     activation_hidden_copies: float
@@ -144,6 +159,8 @@ class Facts:
     priors: dict[str, Prior]
     cpu_rank: GpuType  # one CPU rank of the CPU build, as a device with a roofline
     band_sigma: dict[str, float]  # log-error sigma per metric where calibration gives none
+    data_sigma: dict[str, float]  # per metric group: how far a fit lets it miss (log error)
+    harnesses: tuple[Harness, ...]
     unmodelled: dict[str, str]  # serving modes the model skips, with the reason
 
     def engine(self, name: str) -> EngineFacts:
@@ -178,6 +195,10 @@ def facts() -> Facts:
                          hbm_tb_s=cpu["memory_tb_s"], bf16_dense_tflops=cpu["bf16_tflops"],
                          nvlink_bidir_gb_s=cpu["link_bidir_gb_s"]),
         band_sigma=dict(raw["bands"]["prior_sigma"]), unmodelled=dict(raw["unmodelled"]),
+        data_sigma=dict(raw["fit"]["data_sigma"]),
+        harnesses=tuple(Harness(name, tuple(h["match"]), h["length_range"],
+                                float(h["prompts_per_client"]), dict(h.get("max_num_tokens", {})))
+                        for name, h in raw["harnesses"].items()),
     )
 
 

@@ -41,6 +41,10 @@ class Setup:
     # Accepted / proposed draft tokens, measured or given (--acceptance); None: the fitted
     # per-token acceptance of the method.
     acceptance_rate: float | None = None
+    # A closed loop timed from every client's simultaneous start to its last completion, with
+    # this many prompts per client (a published harness): its start burst and its drain are in
+    # the figures. None: a window of steady state (tuner's load generator times no start).
+    prompts_per_client: float | None = None
 
 
 def setup_of(config: dict[str, Any], *, model: ModelFacts, gpu: GpuType, engine: EngineFacts,
@@ -109,6 +113,7 @@ class Cases:
     replicas: np.ndarray
     spread: np.ndarray
     acc_rate: np.ndarray  # NaN where the fitted per-token acceptance applies
+    prompts_per_client: np.ndarray  # NaN: steady state, no start burst
     # factor keys: index arrays into the names below
     family: np.ndarray
     engine: np.ndarray
@@ -201,6 +206,8 @@ def stack(setups: Sequence[Setup]) -> Cases:
         isl=arr(lambda s: s.isl), osl=arr(lambda s: s.osl), replicas=arr(lambda s: s.replicas),
         spread=arr(lambda s: s.spread),
         acc_rate=arr(lambda s: np.nan if s.acceptance_rate is None else s.acceptance_rate),
+        prompts_per_client=arr(lambda s: np.nan if s.prompts_per_client is None
+                               else s.prompts_per_client),
         family=fam_idx, engine=eng_idx, method=met_idx, arch=arch_idx, family_names=fam_names,
         engine_names=eng_names, method_names=met_names, arch_names=arch_names,
     )
@@ -211,8 +218,11 @@ class Factors:
     """The calibration's factors as arrays aligned with a Cases (per family, engine, method)."""
 
     bw_eff: float
+    kv_bw_eff: float
+    attn_seq_s: float
     dense_eff: float
     moe_eff: np.ndarray
+    moe_dequant: np.ndarray  # bytes/s of MXFP4 experts the MoE kernels dequantize (inf: native)
     fill_tokens: float
     layer_s: np.ndarray
     step_s: np.ndarray
@@ -220,24 +230,36 @@ class Factors:
     comm_latency_s: float
     ep_imbalance: float
     acceptance: np.ndarray
+    request_s: np.ndarray  # per request, outside the steps
+    admit_steps: np.ndarray  # mean steps a new request waits for its prefill's step
+    dp_balance_steps: np.ndarray  # attention DP: steps a prompt waits for the other ranks'
+    drain_cycles: float
 
 
 def factor_arrays(c: Cases, cal: Calibration) -> Factors:
-    def pick(prefix: str, names: tuple[str, ...], idx: np.ndarray) -> np.ndarray:
+    def pick(prefix: str, names: tuple[str, ...], idx: np.ndarray,
+             absent: float = 1.0) -> np.ndarray:
         priors = facts().priors
-        values = [cal[f"{prefix}.{n}"] if f"{prefix}.{n}" in priors else 1.0 for n in names]
-        return np.array(values or [1.0])[idx]
+        values = [cal[f"{prefix}.{n}"] if f"{prefix}.{n}" in priors else absent for n in names]
+        return np.array(values or [absent])[idx]
 
     device = pick("step_device", c.arch_names, c.arch)
     return Factors(
-        bw_eff=cal["bw_eff"], dense_eff=cal["dense_eff"],
+        bw_eff=cal["bw_eff"], kv_bw_eff=cal["kv_bw_eff"],
+        attn_seq_s=cal["attn_seq_us"] * 1e-6, dense_eff=cal["dense_eff"],
         moe_eff=(pick("moe_eff", c.arch_names, c.arch)
                  * pick("moe_kernel", c.family_names, c.family)),
+        moe_dequant=pick("moe_dequant_tb_s", c.arch_names, c.arch, absent=math.inf) * 1e12,
         fill_tokens=cal["moe_fill_tokens"], layer_s=cal["layer_overhead_us"] * 1e-6 * device,
         step_s=(cal["step_overhead_ms"] * 1e-3 * pick("step_engine", c.engine_names, c.engine)
                 * device),
         comm_eff=cal["comm_eff"], comm_latency_s=cal["comm_latency_us"] * 1e-6,
         ep_imbalance=cal["ep_imbalance"], acceptance=pick("acceptance", c.method_names, c.method),
+        request_s=(cal["request_overhead_ms"] * 1e-3
+                   * pick("request_engine", c.engine_names, c.engine)),
+        admit_steps=pick("admit_steps", c.engine_names, c.engine, absent=0.5),
+        dp_balance_steps=pick("dp_balance_steps", c.engine_names, c.engine, absent=0.0),
+        drain_cycles=cal["drain_cycles"],
     )
 
 
@@ -303,15 +325,18 @@ def step_time(c: Cases, f: Factors, b: np.ndarray, seqs: np.ndarray, p_rank: np.
     span = full * ctx + c.sliding_layers * np.minimum(ctx, c.window)
     span_prefill = full * c.isl / 2 + c.sliding_layers * np.minimum(c.isl / 2, c.window)
     kv_tl = 2 * c.kv_heads * c.head_dim * c.kv_bytes / np.minimum(c.atp, c.kv_heads)
-    attn = roof(b * span * kv_tl,
-                4 * (c.heads / c.atp) * c.head_dim * (b * q * span + p_rank * span_prefill), dense)
+    attn = np.maximum(b * (span * kv_tl / (c.hbm * f.kv_bw_eff) + c.layers * f.attn_seq_s),
+                      4 * (c.heads / c.atp)
+                      * c.head_dim * (b * q * span + p_rank * span_prefill)
+                      / dense)
     touched = c.experts * (1 - (1 - c.topk / c.experts) ** tokens)
     per_expert = tokens * c.topk / np.maximum(touched, 1e-9)  # tokens each used expert gets
     small = facts().moe_small_batch_tokens
     fill = (per_expert + small) / (per_expert + small + f.fill_tokens)  # tile fill
     moe_flops = 2 * c.layers * c.expert_params * c.topk * tokens / c.world
-    moe = roof(c.layers * touched * c.expert_params * c.expert_bytes / c.world, moe_flops,
-               c.moe_peak * f.moe_eff * np.maximum(fill, 1e-9))
+    moe_bytes = c.layers * touched * c.expert_params * c.expert_bytes / c.world
+    moe = np.maximum(roof(moe_bytes, moe_flops, c.moe_peak * f.moe_eff * np.maximum(fill, 1e-9)),
+                     moe_bytes / f.moe_dequant)
     moe = moe * (1 + f.ep_imbalance * np.log2(c.ep))
     draft = c.draft_len * (roof(c.draft_params * c.dense_bytes, 2 * c.draft_params * b, dense)
                            + c.draft_layers * f.layer_s)
