@@ -2,7 +2,8 @@
 
 Speculative decoding's acceptance is the engine's to report (the client sees tokens per chunk,
 not which were drafted): vLLM exports drafts, draft tokens and accepted draft tokens as counters.
-A level's figures are the difference of two snapshots, summed over label sets (engine ranks).
+A level's figures are the difference of two snapshots, summed over label sets (engine ranks)
+and over servers (a configuration's replicas behind a router, each read at its own address).
 
 The scheduler's state (KV-cache use, running and waiting requests) only exists while the load
 runs, so it is sampled in the background during the level (`sample_gauges`, on the load
@@ -59,12 +60,67 @@ def parse_counters(text: str, names: dict[str, str]) -> SpecDecodeCounts | None:
                             int(totals["accepted_tokens"]))
 
 
-def read_spec_decode(engine: str, base_url: str) -> SpecDecodeCounts | None:
+def read_spec_decode(engine: str, base_urls: str | list[str]) -> SpecDecodeCounts | None:
+    """The counters summed over the servers at `base_urls`; None when one does not answer or
+    exports none of them."""
     names = SPEC_DECODE_COUNTERS.get(engine)
     if names is None:
         return None
-    text = _metrics_text(base_url, timeout_s=5.0)
-    return None if text is None else parse_counters(text, names)
+    total = None
+    for url in [base_urls] if isinstance(base_urls, str) else base_urls:
+        text = _metrics_text(url, timeout_s=5.0)
+        counts = None if text is None else parse_counters(text, names)
+        if counts is None:
+            return None
+        total = counts if total is None else SpecDecodeCounts(
+            total.drafts + counts.drafts, total.draft_tokens + counts.draft_tokens,
+            total.accepted_tokens + counts.accepted_tokens)
+    return total
+
+
+# Prefix-cache counters per engine, in prompt tokens (vLLM 0.32's, labelled engine="N").
+PREFIX_CACHE_COUNTERS = {
+    "vllm": {"queries": "vllm:prefix_cache_queries_total", "hits": "vllm:prefix_cache_hits_total",
+             "requests": "vllm:request_success_total"},
+}
+
+
+@dataclass(frozen=True)
+class PrefixCacheCounts:
+    """One server's prompt tokens looked up in its prefix cache, those found there, and the
+    requests it finished."""
+
+    queries: int
+    hits: int
+    requests: int
+
+    def __sub__(self, earlier: PrefixCacheCounts) -> PrefixCacheCounts:
+        return PrefixCacheCounts(self.queries - earlier.queries, self.hits - earlier.hits,
+                                 self.requests - earlier.requests)
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.queries if self.queries else None
+
+
+def read_prefix_cache(engine: str, base_url: str) -> PrefixCacheCounts | None:
+    """One server's prefix-cache counters now; None where it does not answer or exports none."""
+    names = PREFIX_CACHE_COUNTERS.get(engine)
+    text = None if names is None else _metrics_text(base_url, timeout_s=5.0)
+    if text is None:
+        return None
+    wanted = {v: k for k, v in names.items()}
+    totals = dict.fromkeys(names, 0.0)
+    seen = False
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                totals[wanted[sample.name]] += sample.value
+                seen = True
+    if not seen:
+        return None
+    return PrefixCacheCounts(int(totals["queries"]), int(totals["hits"]),
+                             int(totals["requests"]))
 
 
 def _metrics_text(base_url: str, timeout_s: float) -> str | None:
@@ -111,8 +167,23 @@ def parse_gauges(text: str, names: dict[str, str]) -> dict[str, float]:
     return values
 
 
-async def _scrape(session: aiohttp.ClientSession, url: str,
+async def _scrape(session: aiohttp.ClientSession, urls: list[str],
                   names: dict[str, str]) -> dict[str, float] | None:
+    """One sample over every server: KV-cache use the fullest's, the rest summed; None when
+    one of them did not answer."""
+    got = await asyncio.gather(*(_scrape_one(session, u, names) for u in urls))
+    if any(g is None for g in got):
+        return None
+    values: dict[str, float] = {}
+    for one in got:
+        for key, value in one.items():
+            values[key] = (max(values.get(key, 0.0), value) if key == "kv_cache_usage"
+                           else values.get(key, 0.0) + value)
+    return values
+
+
+async def _scrape_one(session: aiohttp.ClientSession, url: str,
+                      names: dict[str, str]) -> dict[str, float] | None:
     try:
         async with session.get(url, timeout=_SCRAPE_TIMEOUT) as resp:
             if resp.status != 200:
@@ -122,15 +193,17 @@ async def _scrape(session: aiohttp.ClientSession, url: str,
         return None  # a missed sample, not a failed level
 
 
-async def sample_gauges(session: aiohttp.ClientSession, base_url: str, names: dict[str, str],
-                        done: asyncio.Event,
+async def sample_gauges(session: aiohttp.ClientSession, base_url: str | list[str],
+                        names: dict[str, str], done: asyncio.Event,
                         interval_s: float = SAMPLE_INTERVAL_S) -> EngineGauges:
-    """Scrape `/metrics` now, every `interval_s` until `done` is set, and once more then;
-    return the gauges' maxima and the preemption counter's increase over that span."""
-    url = base_url.rstrip("/") + "/metrics"
+    """Scrape `/metrics` (of every server at `base_url`) now, every `interval_s` until `done`
+    is set, and once more then; return the gauges' maxima and the preemption counter's
+    increase over that span."""
+    bases = [base_url] if isinstance(base_url, str) else base_url
+    urls = [b.rstrip("/") + "/metrics" for b in bases]
     scrapes = []
     while True:
-        got = await _scrape(session, url, names)
+        got = await _scrape(session, urls, names)
         if got is not None:
             scrapes.append(got)
         if done.is_set():
@@ -151,7 +224,8 @@ async def sample_gauges(session: aiohttp.ClientSession, base_url: str, names: di
         preemptions=int(counts[-1] - counts[0]) if counts else None, samples=len(scrapes))
 
 
-def gauge_monitor(engine: str, base_url: str, interval_s: float = SAMPLE_INTERVAL_S):
+def gauge_monitor(engine: str, base_url: str | list[str],
+                  interval_s: float = SAMPLE_INTERVAL_S):
     """A load-generator monitor (tuner.measure.loadgen.Monitor) that samples this engine's scheduler
     metrics during each level; None for engines whose metrics tuner does not know."""
     names = GAUGES.get(engine)

@@ -22,12 +22,13 @@ from tuner.measure.quality_tasks import read_tasks, task_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
+from tuner.serve.routers import get_router, has_router, world_size
 from tuner.spec.errors import BadInput
 from tuner.spec.feasibility import Check, infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape, read_model_shape, shape_by_name
 from tuner.spec.names import check_study_name, folder_of
-from tuner.spec.space import SearchSpace, load_space
+from tuner.spec.space import DEPLOYMENT_PARAMETERS, SearchSpace, load_space, replicas_of
 from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
 from tuner.store import QualityReference, Store, StoreError, mask_url
 
@@ -80,9 +81,14 @@ class StudyContext:
         return int.from_bytes(digest[:4], "big")
 
     def infeasible(self, config: dict[str, Any]) -> str | None:
-        return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
-                             adapter=self.adapter, gpu=self.gpu, settings=self.settings,
-                             checks=self.checks, per_rank=self.inventory.per_rank)
+        reason = infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
+                               adapter=self.adapter, gpu=self.gpu, settings=self.settings,
+                               checks=self.checks, per_rank=self.inventory.per_rank)
+        if reason is None and replicas_of(config) > 1:
+            router = get_router(self.adapter.name)
+            reason = router.infeasibility(str(config.get("router_policy",
+                                                         router.default_policy)))
+        return reason
 
 
 
@@ -111,11 +117,21 @@ def check_space(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter) -> 
             f"search_space {space.name} is for engine {space.engine}, the spec's engine.name is "
             f"{spec.engine.name}: use a space of that engine"
         )
-    unsupported = set(space.parameters) - adapter.supported_parameters
+    deployed = set(space.parameters) & DEPLOYMENT_PARAMETERS
+    unsupported = set(space.parameters) - adapter.supported_parameters - (
+        DEPLOYMENT_PARAMETERS if has_router(adapter.name) else frozenset())
     if unsupported:
         raise BadInput(
             f"search_space {space.name}: {adapter.name} cannot express {sorted(unsupported)}"
+            + (" (no router fronts its replicas yet)" if unsupported & deployed else "")
         )
+    if "router_policy" in space.parameters:
+        router = get_router(adapter.name)
+        unknown = [v for v in space.values("router_policy") if v not in router.policies]
+        if unknown:
+            names = ", ".join(map(str, unknown))
+            raise BadInput(f"search_space {space.name}: router_policy {names} is not a policy "
+                           f"of {router.name} (its policies: {', '.join(router.policies)})")
 
 
 def check_quality(spec: StudySpec, adapter: EngineAdapter) -> None:
@@ -267,7 +283,7 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     check_prompt_file(spec)
     check_connections(spec)
     inventory = bind_ranks(_inventory(spec, devices), spec.hardware.cores_per_rank,
-                           sorted({adapter.world_size(c) for c in _cpu_space(space, gpu)}),
+                           sorted({world_size(adapter, c) for c in _cpu_space(space, gpu)}),
                            spec.budget.parallel_trials)
     executable = resolve_executable(spec.engine.executable or adapter.default_executable)
     if spec.engine.port is not None and spec.budget.parallel_trials > 1:

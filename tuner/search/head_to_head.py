@@ -35,6 +35,7 @@ from tuner.search.context import StudyContext
 from tuner.search.serving import server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.launcher import LaunchFailure
+from tuner.serve.routers import world_size
 from tuner.spec.space import describe
 from tuner.store import HeadToHead, TrialRecord
 from tuner.store.records import LevelMeasurement
@@ -51,7 +52,7 @@ def placements(ctx: StudyContext, trials: list[TrialRecord]) -> list[list[int]] 
         return [devices for _ in trials]
     out, start = [], 0
     for t in trials:
-        n = ctx.inventory.slot_for(ctx.adapter.world_size(t.params))
+        n = ctx.inventory.slot_for(world_size(ctx.adapter, t.params))
         if start + n > len(devices):
             return None
         out.append(devices[start:start + n])

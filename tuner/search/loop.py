@@ -39,6 +39,7 @@ from tuner.search.recovery import OTHER_WORKER_POLL_S, reap_stale, recover
 from tuner.search.startup import spread_choice
 from tuner.search.time_plan import costs, plan
 from tuner.search.trial import TrialResult, run_trial
+from tuner.serve.routers import world_size
 from tuner.serve.slots import DevicePool
 from tuner.spec.errors import BadInput
 from tuner.spec.feasibility import Check
@@ -289,7 +290,7 @@ class TrialRunner:
         beat = self._heartbeat(trial).__enter__()
         try:
             block = self.pool.acquire(
-                self.ctx.inventory.slot_for(self.ctx.adapter.world_size(params)), self.ctx.stop)
+                self.ctx.inventory.slot_for(world_size(self.ctx.adapter, params)), self.ctx.stop)
         except BaseException:
             beat.__exit__(None, None, None)
             raise

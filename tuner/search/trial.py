@@ -38,14 +38,15 @@ from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.quality_gate import check as quality_check
 from tuner.search.quality_gate import check_line
 from tuner.search.recovery import worker_id
-from tuner.search.serving import server_for, start_recorded
+from tuner.search.serving import Served, metrics_urls, server_for, start_recorded
 from tuner.serve.cpu_layout import thread_held_to
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.failures import read_log_tail, tail
-from tuner.serve.launcher import LaunchFailure, ServerProcess
+from tuner.serve.launcher import LaunchFailure
 from tuner.serve.neighbours import NeighbourWatch
 from tuner.serve.start_phases import phases_line, start_phases
 from tuner.spec.errors import BadInput, TrialError, error_text
+from tuner.spec.space import replicas_of
 from tuner.store import StoreError
 from tuner.store.records import TRANSIENT_FAILURES, LevelMeasurement, QualityCheck
 from tuner.verdict.rules import (
@@ -176,6 +177,7 @@ def sweep_for(ctx: StudyContext, params: dict[str, Any]) -> Sweep:
     capped there too. Raises BadInput when that is needed and nothing gives it."""
     w = ctx.spec.workload
     most = ctx.adapter.max_in_flight(params, ctx.settings)
+    most = None if most is None else most * replicas_of(params)  # each replica its own batch
     if w.concurrency != "auto":
         cap = max(w.concurrency)
     elif most is None and not (w.arrival == "concurrency" and w.search.max is not None):
@@ -232,7 +234,7 @@ def skipped_levels(ctx: StudyContext, sweep: Sweep,
             for i in range(len(levels), w.level_count)]
 
 
-def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline: float,
+def measure(ctx: StudyContext, server: Served, plan: LaunchPlan, deadline: float,
             sweep: Sweep, cut_short: IncumbentCheck | None = None) -> list[LevelMeasurement]:
     """Run the sweep (a fixed list, or a load search) against a ready server and return one row
     per level measured.
@@ -251,11 +253,12 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
     prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size, count)
     sla = ctx.spec.sla.to_sla()
     levels: list[LevelMeasurement] = []
-    counts = [read_spec_decode(plan.engine, plan.base_url)]
+    urls = metrics_urls(plan)
+    counts = [read_spec_decode(plan.engine, urls)]
 
     def on_level(run) -> None:
         m = summarize_level(run, plan.gpus, sla, ci_target=w.ci_target)
-        counts.append(read_spec_decode(plan.engine, plan.base_url))
+        counts.append(read_spec_decode(plan.engine, urls))
         if counts[-1] is not None and counts[-2] is not None:
             d = counts[-1] - counts[-2]
             if d.draft_tokens:
@@ -283,7 +286,7 @@ def measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, deadline
             plan.base_url, plan.model, prompts, [sweep.cap], w.requests_per_level, w.output_len,
             w.warmup_requests, w.request_timeout_s, on_level=on_level, stop=stop, api=w.api,
             repeats=Repeats(w.max_rounds, w.ci_target, cut_short), seed=w.seed,
-            monitor=gauge_monitor(plan.engine, plan.base_url), plan=sweep.plan(levels),
+            monitor=gauge_monitor(plan.engine, urls), plan=sweep.plan(levels),
         )
     skipped = skipped_levels(ctx, sweep, levels)
     if skipped:
@@ -419,7 +422,7 @@ def _retry_pending(ctx: StudyContext, params: dict[str, Any], kind: str | None) 
         ctx.store.trials(ctx.name))
 
 
-def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan, trial_id: int,
+def serve_and_measure(ctx: StudyContext, server: Served, plan: LaunchPlan, trial_id: int,
                       levels: list[LevelMeasurement],
                       cut_short: IncumbentCheck | None = None, *, sweep: Sweep,
                       gate: Callable[[LaunchPlan], None] | None = None) -> str | None:
@@ -465,7 +468,7 @@ def serve_and_measure(ctx: StudyContext, server: ServerProcess, plan: LaunchPlan
             ctx.store.mark_server_stopped(trial_id)
 
 
-def _verdict(ctx: StudyContext, server: ServerProcess, levels: list[LevelMeasurement],
+def _verdict(ctx: StudyContext, server: Served, levels: list[LevelMeasurement],
              deadline: float, sweep: Sweep) -> LaunchFailure | None:
     """A trial whose server died, that ran out of time, or whose requests all failed, failed."""
     errors = any(m.errors for m in levels)

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from tuner.spec.gpu_types import GpuType
 from tuner.spec.model_shape import ModelShape
+from tuner.spec.space import replicas_of
 
 
 class EngineRules(Protocol):
@@ -34,10 +35,17 @@ def infeasibility(config: dict[str, Any], *, shape: ModelShape, devices: int,
     """Why this configuration cannot run, or None. Only facts the engines enforce live here;
     engine-specific rules come from the adapter, then each of `checks` in order. `per_rank`:
     the devices one rank is bound to (CPU cores per rank; 1 on a GPU node)."""
-    world = adapter.world_size(config)
+    replicas = replicas_of(config)
+    if "router_policy" in config and replicas < 2:
+        return "router_policy needs replicas > 1: one server has nothing to route between"
+    # Each replica is a whole server with the configuration's ranks, on devices of its own.
+    world = adapter.world_size(config) * replicas
     tp = int(config.get("tensor_parallel_size", 1))
     if world * per_rank > devices:
-        of = f" ({world} ranks x {per_rank} cores)" if per_rank > 1 else ""
+        parts = ([f"{replicas} replicas"] if replicas > 1 else []) + (
+            [f"{world // replicas} ranks"] if replicas > 1 or per_rank > 1 else []) + (
+            [f"{per_rank} cores"] if per_rank > 1 else [])
+        of = f" ({' x '.join(parts)})" if parts else ""
         return f"needs {world * per_rank} devices{of}, the node has {devices}"
     if not config.get("enable_attention_dp") and shape.num_attention_heads % tp:
         return f"TP {tp} does not divide the {shape.num_attention_heads} attention heads"
