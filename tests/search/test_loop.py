@@ -4,6 +4,7 @@ order, and what it tells Optuna."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -25,7 +26,7 @@ def scripted(launched: list[dict]):
     def run_trial(ctx, study, trial, params, devices=None):
         launched.append(params)
         trial_id = ctx.store.start_trial(ctx.name, trial.number, params, worker_host="h",
-                                         worker_pid=1, budget=ctx.budget)
+                                         worker_pid=1, budget=ctx.run.budget)
         value = 1000.0 + len(launched)
         ctx.store.finish_trial(trial_id, state="complete", objective=value, meets_sla=True)
         study.tell(trial, value)
@@ -159,7 +160,7 @@ def test_a_grid_study_runs_every_feasible_configuration_once_and_stops(tmp_path)
     ctx = landscape_study(tmp_path, landscape, [4, 8, 16], n_trials=10)
     ctx.spec.sampler.name = "grid"
     said: list[str] = []
-    ctx.say = said.append
+    ctx = replace(ctx, say=said.append)
 
     loop.run_study(ctx, n_trials=10)
 
@@ -192,7 +193,7 @@ def test_levels_above_one_that_ran_the_full_batch_are_skipped_and_say_why(tmp_pa
     ctx = landscape_study(tmp_path, {"default": {"ttft_s": 0.005, "itl_s": 0.001}}, [4, 16],
                           n_trials=2, concurrency=(2, 4, 8, 16))
     said: list[str] = []
-    ctx.say = said.append
+    ctx = replace(ctx, say=said.append)
     study = load_or_create_study(ctx)
     for batch in (4, 16):
         study.enqueue_trial({"max_batch_size": batch})
@@ -317,7 +318,7 @@ def test_a_fixed_engine_argument_the_engine_rejects_stops_the_study_after_one_tr
     def rejected(ctx, study, trial, params, devices=None):
         launched.append(params)
         trial_id = ctx.store.start_trial(ctx.name, trial.number, params, worker_host="h",
-                                         worker_pid=1, budget=ctx.budget)
+                                         worker_pid=1, budget=ctx.run.budget)
         ctx.store.finish_trial(trial_id, state="failed", failure_kind="invalid_argument",
                                failure_reason=reason)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)

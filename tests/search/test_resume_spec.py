@@ -4,6 +4,7 @@ change of workload is still refused."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ def test_a_changed_workload_is_still_refused(tmp_path: Path):
     ctx = _context(small_spec(tmp_path), [])
     store_older_study(ctx)
     w = ctx.spec.workload.model_copy(update={"max_rounds": 3})
-    ctx.spec = ctx.spec.model_copy(update={"workload": w})
+    ctx = replace(ctx, spec=ctx.spec.model_copy(update={"workload": w}))
     with pytest.raises(BadInput, match="already exists with a different workload"):
         load_or_create_study(ctx)
     ctx.store.close()

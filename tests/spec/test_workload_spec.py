@@ -3,6 +3,7 @@ repeats; every inconsistency is one line naming the field and the fix."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,7 @@ def test_the_sweep_gets_one_prompt_per_request_with_spread_lengths(tmp_path):
     # The example's GPU sweep holds some 50 million prompt ids; a few hundred prompts show it.
     w = ctx.spec.workload.model_copy(update={"range_ratio": 0.5, "max_rounds": 2,
                                              "concurrency": [4, 16], "requests_per_level": 64})
-    ctx.spec = ctx.spec.model_copy(update={"workload": w})
+    ctx = replace(ctx, spec=ctx.spec.model_copy(update={"workload": w}))
     prompts = sweep_prompts(w, Path(ctx.settings.model), ctx.shape.vocab_size)
     assert len(prompts) == w.prompts_needed()
     ins = [len(p.tokens) for p in prompts]

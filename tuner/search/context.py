@@ -37,7 +37,32 @@ Say = Callable[[str], None]
 
 
 @dataclass
+class RunState:
+    """What changes while a loop runs a study, written through these methods only: the budget
+    a loop runs to, the quality gate's reference answers once it has them, the further
+    feasibility checks a warm start adds (the model's memory fit)."""
+
+    # The study's trial budget while a loop runs it: claims beyond it are refused by the store.
+    budget: int | None = None
+    # The quality gate's reference answers (None: not yet, or the gate is off).
+    reference: QualityReference | None = None
+    checks: list[Check] = field(default_factory=list)
+
+    def run_to(self, budget: int) -> None:
+        self.budget = budget
+
+    def keep_reference(self, reference: QualityReference | None) -> None:
+        self.reference = reference
+
+    def add_check(self, check: Check) -> None:
+        self.checks.append(check)
+
+
+@dataclass(frozen=True)
 class StudyContext:
+    """A study made ready from its spec: what every stage reads and none changes, and the
+    run's changing state (`run`)."""
+
     spec: StudySpec
     name: str
     space: SearchSpace
@@ -50,27 +75,11 @@ class StudyContext:
     runs_dir: Path
     say: Say
     gpu: GpuType
-    stop: threading.Event = field(default_factory=threading.Event)  # set: end every trial
-    # Further feasibility checks after the engine rules (a warm start adds the model's memory fit).
-    checks: list[Check] = field(default_factory=list)
-    # The study's trial budget while a loop runs it: claims beyond it are refused by the store.
-    budget: int | None = None
     # Who runs the study, when several may (a `tuner worker`): the sampler's seed is derived from
     # the spec's and this, so workers on one study do not all propose the same configuration.
     worker: str | None = None
-    # The quality gate's reference answers, once the loop has them (None: not yet, or gate off).
-    reference: QualityReference | None = None
-
-    # The run's changing state is written through these, here only: the budget a loop runs
-    # to, the reference answers once the gate has them, checks a warm start adds.
-    def run_to(self, budget: int) -> None:
-        self.budget = budget
-
-    def keep_reference(self, reference: QualityReference | None) -> None:
-        self.reference = reference
-
-    def add_check(self, check: Check) -> None:
-        self.checks.append(check)
+    stop: threading.Event = field(default_factory=threading.Event)  # set: end every trial
+    run: RunState = field(default_factory=RunState)
 
     @property
     def sampler_seed(self) -> int | None:
@@ -83,7 +92,7 @@ class StudyContext:
     def infeasible(self, config: dict[str, Any]) -> str | None:
         reason = infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
                                adapter=self.adapter, gpu=self.gpu, settings=self.settings,
-                               checks=self.checks, per_rank=self.inventory.per_rank)
+                               checks=self.run.checks, per_rank=self.inventory.per_rank)
         if reason is None and replicas_of(config) > 1:
             router = get_router(self.adapter.name)
             reason = router.infeasibility(str(config.get("router_policy",
@@ -270,8 +279,7 @@ def prepare_worker(storage_url: str, study_name: str | None, *, say: Say,
                        f"({record.tuner_version}) and cannot be read: {first}") from e
     ctx = _context(spec, space, url=storage_url, name=study_name, say=say, store=store,
                    devices=devices)
-    ctx.worker = f"{ctx.inventory.host}:{os.getpid()}"
-    return ctx
+    return replace(ctx, worker=f"{ctx.inventory.host}:{os.getpid()}")
 
 
 def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: Say,

@@ -105,7 +105,7 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
     trial starts that the plan (`tuner.search.time_plan`) says would not end, with a
     head-to-head of `finalists` after it, in time."""
     study = load_or_create_study(ctx)
-    ctx.run_to(n_trials)
+    ctx.run.run_to(n_trials)
     recover(ctx, study)
     reap_stale(ctx, study)
     done = _finished_configs(ctx)
@@ -210,9 +210,9 @@ def run_study(ctx: StudyContext, n_trials: int, warm_start: WarmStart | None = N
                 # configuration that can launch.
                 study.enqueue_trial(rng.choice(untried))
                 idle = 0
-            if ctx.reference is None and ctx.spec.quality.enabled:
+            if ctx.run.reference is None and ctx.spec.quality.enabled:
                 # Before this run's first trial, while its devices are all free.
-                ctx.keep_reference(ensure_reference(ctx))
+                ctx.run.keep_reference(ensure_reference(ctx))
             trial = study.ask()
             params = sample(trial, ctx.space)
             key = config_key(params)
@@ -366,7 +366,7 @@ def queue_warm_start(ctx: StudyContext, study: optuna.Study, warm_start: WarmSta
                       done: set[str]) -> None:
     """The warm start's configurations become the next trials; what its check says cannot run is
     rejected before launch like any infeasible sample."""
-    ctx.add_check(warm_start.check)
+    ctx.run.add_check(warm_start.check)
     queued = warm_start.choose(done)
     for config in queued:
         study.enqueue_trial(config, skip_if_exists=True)

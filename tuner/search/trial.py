@@ -315,7 +315,7 @@ def run_trial(ctx: StudyContext, study: optuna.Study, trial: optuna.Trial,
     trial_id = ctx.store.start_trial(
         ctx.name, trial.number, params, worker_host=ctx.inventory.host, worker_pid=os.getpid(),
         launch_plan=plan.to_dict(), gpus=plan.gpus, hardware=ctx.inventory.to_dict(),
-        log_path=str(server.log_path), budget=ctx.budget,
+        log_path=str(server.log_path), budget=ctx.run.budget,
     )
     result = TrialResult(trial.number, params, "failed")
     levels: list[LevelMeasurement] = []
@@ -392,7 +392,7 @@ def _gate(ctx: StudyContext, params: dict[str, Any],
           result: TrialResult) -> Callable[[LaunchPlan], None] | None:
     """The quality gate on a trial's live server, its check kept on `result`; None when the
     study has no reference (the gate is off)."""
-    reference = ctx.reference
+    reference = ctx.run.reference
     if reference is None:
         return None
 
