@@ -82,7 +82,15 @@ class Prompt:
     output_len: int | None = None
 
 
-PromptLike = list[int] | Prompt
+@dataclass(frozen=True)
+class Conversation:
+    """The turns of one conversation, each the whole prompt sent at that turn (the history
+    so far and a new user message): sent in order, each once the previous one ended."""
+
+    turns: tuple[list[int] | Prompt, ...]
+
+
+PromptLike = list[int] | Prompt | Conversation
 
 
 def completion_body(model: str, prompt: list[int] | str, output_len: int) -> bytes:

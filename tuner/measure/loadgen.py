@@ -1,6 +1,10 @@
 """Streaming load generator for OpenAI-compatible servers: a sweep of levels, closed loop
 (continuous workers, a fixed number in flight) or open loop (Poisson arrivals at a rate), each
 measured in one or more rounds. One request's body, send and timing are `tuner.measure.client`'s.
+
+A closed loop also runs conversations (`Conversation`): a worker takes one and sends its turns
+one after another, each once the previous one ended, as a user does; the workers' conversations
+run side by side. Each turn is a request of the level like any other.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tuner.measure.client import (
     PATHS,
     Api,
     Clock,
+    Conversation,
     PromptLike,
     fewer_collections,
     request_body,
@@ -130,13 +135,17 @@ async def _run_fixed_concurrency(
 
 
 def _bodies(api: Api, model: str, prompts: Sequence[PromptLike], first: int, count: int | None,
-            output_len: int) -> Iterator[bytes]:
+            output_len: int) -> Iterator[bytes | tuple[bytes, ...]]:
     # Built lazily, just before each send, so memory stays flat whatever the request count;
-    # count None: endless (the closed loop takes what it needs).
+    # count None: endless (the closed loop takes what it needs). A conversation: its turns'.
     n = len(prompts)
     indices = itertools.count(first) if count is None else range(first, first + count)
     for i in indices:
-        yield request_body(api, model, prompts[i % n], output_len)
+        prompt = prompts[i % n]
+        if isinstance(prompt, Conversation):
+            yield tuple(request_body(api, model, t, output_len) for t in prompt.turns)
+        else:
+            yield request_body(api, model, prompt, output_len)
 
 
 async def _closed_loop(
@@ -157,16 +166,19 @@ async def _closed_loop(
     """
     completed: list[RequestResult] = []  # in completion order
     progress = asyncio.Event()
-    sent = 0
+    sent = taken = 0
 
     async def worker() -> None:
-        nonlocal sent
-        for body in bodies:  # one shared iterator: each body is handed out once
-            index, sent = sent, sent + 1
-            result = await send_request(session, url, body, timeout, clock)
-            result.index = index
-            completed.append(result)
-            progress.set()
+        nonlocal sent, taken
+        for item in bodies:  # one shared iterator: each prompt is handed out once
+            taken += 1
+            # A conversation's turns in order, each sent once the previous one ended.
+            for body in item if isinstance(item, tuple) else (item,):
+                index, sent = sent, sent + 1
+                result = await send_request(session, url, body, timeout, clock)
+                result.index = index
+                completed.append(result)
+                progress.set()
 
     async def until(count: int) -> None:
         while len(completed) < count:
@@ -197,7 +209,7 @@ async def _closed_loop(
         for w in workers:
             w.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-    return rounds, sent
+    return rounds, taken
 
 
 def poisson_gaps(rate: float, rng: random.Random) -> Iterator[float]:
@@ -298,6 +310,8 @@ async def run_level(
                          f"{concurrency}, {requests}, {warmup_requests}")
     if not prompts:
         raise ValueError("no prompts")
+    if rate is not None and isinstance(prompts[0], Conversation):
+        raise ValueError("conversations run in a closed loop: their turns wait for each other")
     url = base_url.rstrip("/") + PATHS[api]
     timeout = aiohttp.ClientTimeout(total=request_timeout_s)
     rng = random.Random(seed)

@@ -9,11 +9,11 @@ decoded, or a user's own prompt file (tuner.measure.prompt_file), counted with t
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tuner import DATA_DIR
-from tuner.measure.client import Prompt
+from tuner.measure.client import Conversation, Prompt
 from tuner.measure.prompt_file import FilePrompt, PromptFileError, read_prompt_file
 from tuner.spec.errors import BadInput
 from tuner.spec.study_spec import WorkloadSpec
@@ -159,6 +159,49 @@ def file_prompts(records: list[FilePrompt], n: int, *, api: str, input_len: int,
     return [chosen[i % len(chosen)] for i in range(n)]
 
 
+def conversations(n: int, turns: int, input_len: int, output_len: int, system_len: int,
+                  draw: Callable[[int, int, int], list[list[int]]]) -> list[Conversation]:
+    """`n` conversations of `turns` turns: turn k's prompt is the shared system prompt, the
+    first k user messages each followed by its reply, and the (k+1)th user message. The replies
+    are scripted (drawn like the messages), not the served model's: every configuration then
+    gets the same prompts, and a turn's prefix is the previous turn's prompt whatever was
+    generated. `draw(count, length, seed)` gives token-id pieces (synthetic or corpus)."""
+    system = draw(1, system_len, 1)[0] if system_len else []
+    users = draw(n * turns, input_len, 2)
+    replies = draw(n * turns, output_len, 3)
+    out = []
+    for c in range(n):
+        history, prompts = list(system), []
+        for k in range(turns):
+            history += users[c * turns + k]
+            prompts.append(list(history))
+            history += replies[c * turns + k]
+        out.append(Conversation(tuple(prompts)))
+    return out
+
+
+def _conversation_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int,
+                          n: int) -> list[Conversation]:
+    """Enough conversations for `n` requests: each level leaves up to one unfinished per
+    request in flight, and a cycled conversation would be served from the prefix cache."""
+    conv = w.conversation
+    count = n if w.auto else -(-n // conv.turns) + w.level_count * max(w.concurrency)
+
+    def draw(k: int, length: int, salt: int) -> list[list[int]]:
+        if w.prompt_source == "corpus":
+            return corpus_token_prompts(k, length, _tokenizer_json(w, model_dir),
+                                        w.seed * 7 + salt)
+        return synthetic_token_prompts(k, length, vocab_size, w.seed * 7 + salt)
+
+    convs = conversations(count, conv.turns, w.input_len, w.output_len, conv.system_prompt_len,
+                          draw)
+    if w.api != "chat":
+        return convs
+    # The chat API takes text: each turn decoded whole (one user message holding the history).
+    return [Conversation(tuple(as_text([Prompt(tokens=t) for t in c.turns],
+                                       _tokenizer_json(w, model_dir)))) for c in convs]
+
+
 # ---------------------------------------------------------------- the prompts of a whole sweep
 
 
@@ -179,6 +222,8 @@ def sweep_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int,
     the sweep is cycled. `n`: how many (default `w.prompts_needed()`; a load search sizes its
     own)."""
     n = w.prompts_needed() if n is None else n
+    if w.conversation is not None:
+        return _conversation_prompts(w, model_dir, vocab_size, n)
     if w.prompt_source == "file":
         try:
             records = read_prompt_file(Path(w.prompt_file))

@@ -190,6 +190,8 @@ def check_lengths(spec: StudySpec, shape: ModelShape) -> None:
     w = spec.workload
     context = shape.max_position_embeddings
     need = longest(w.input_len, w.range_ratio) + longest(w.output_len, w.range_ratio)
+    if w.conversation is not None:  # the last turn resends the whole conversation
+        need = w.conversation.longest_prompt(w.input_len, w.output_len) + w.output_len
     if isinstance(context, int) and need > context:
         raise BadInput(f"workload.input_len + output_len: a request needs up to {need:,} tokens "
                        f"and the model's context holds {context:,} (max_position_embeddings): "
@@ -360,7 +362,8 @@ def engine_settings(spec: StudySpec, executable: str, model: str) -> EngineSetti
     container = spec.engine.container.model_dump() if spec.engine.container else None
     return EngineSettings(executable=executable, model=model, args=dict(spec.engine.args),
                           env=dict(spec.engine.env), draft_model=spec.engine.draft_model,
-                          container=container)
+                          container=container,
+                          prefix_caching=spec.workload.conversation is not None)
 
 
 def model_shape(spec: StudySpec, model_dir: Path | None) -> ModelShape:

@@ -125,6 +125,26 @@ class LoadSearchSpec(_Strict):
         return self
 
 
+class ConversationSpec(_Strict):
+    """Multi-turn chats: prompts that share prefixes, as a chat service's traffic does."""
+
+    turns: int = Field(
+        ge=1, le=64, description="User turns per conversation. Turn k resends the conversation "
+        "so far (its user messages of input_len tokens and a scripted reply of output_len "
+        "tokens after each) plus a new user message; a conversation's turns are sent one "
+        "after another, conversations side by side (one per request in flight)."
+    )
+    system_prompt_len: int = Field(
+        0, ge=0, le=MAX_TOKENS_PER_REQUEST, description="Tokens of a system prompt that "
+        "every conversation starts with (0: none)."
+    )
+
+    def longest_prompt(self, input_len: int, output_len: int) -> int:
+        """The last turn's prompt: the system prompt, every user message, every reply but
+        the last."""
+        return self.system_prompt_len + self.turns * input_len + (self.turns - 1) * output_len
+
+
 class WorkloadSpec(_Strict):
     prompt_source: Literal["synthetic", "corpus", "file"] = Field(
         "synthetic", description="synthetic: random token ids; corpus: natural text shipped with "
@@ -187,6 +207,10 @@ class WorkloadSpec(_Strict):
     )
     request_timeout_s: float = Field(120, gt=0)
     seed: int = 0
+    conversation: ConversationSpec | None = Field(
+        None, description="Multi-turn conversations with an optional shared system prompt "
+        "instead of one-shot prompts; the server's prefix caching is turned on for them."
+    )
 
     @field_validator("concurrency")
     @classmethod
@@ -243,6 +267,14 @@ class WorkloadSpec(_Strict):
             raise ValueError("a load search searches one load: with request_rates auto, give "
                              "concurrency as the in-flight cap (e.g. [256]) or leave it auto "
                              "with fixed request_rates")
+        if self.conversation is not None:
+            if self.arrival != "concurrency":
+                raise ValueError("conversation turns follow each other in a closed loop: use "
+                                 "arrival concurrency")
+            if self.prompt_source == "file" or self.range_ratio:
+                raise ValueError("conversation builds its turns from prompt_source synthetic "
+                                 "or corpus at exact lengths: remove prompt_file and "
+                                 "range_ratio")
         if self.load_search is not None and not self.auto:
             raise ValueError("load_search applies to concurrency auto or request_rates auto: "
                              "set one of them or remove load_search")

@@ -51,6 +51,9 @@ class EngineSettings:
     env: dict[str, str]
     draft_model: str | None = None
     container: dict[str, Any] | None = None  # ContainerSpec as a dict: runtime, image, args
+    # The workload shares prefixes (conversations, a system prompt): each adapter turns its
+    # engine's prefix cache on, whatever engine.args say.
+    prefix_caching: bool = False
 
 
 class EngineAdapter(Protocol):

@@ -90,6 +90,8 @@ class VllmAdapter:
         spec = speculative_config(config, settings.draft_model)
         if spec is not None:
             out["speculative-config"] = spec
+        if settings.prefix_caching:
+            out["enable-prefix-caching"] = True
         if config.get(MOE_ACTIVATION, "bf16") != "bf16":
             out["quantization-config"] = {"moe": {"activation": config[MOE_ACTIVATION]}}
         return out
