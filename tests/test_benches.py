@@ -35,6 +35,7 @@ TABLE_HEADER = {
     "quality_gate_cost.py": "trial   trial s   gate s  gate/trial  verdict  config",
     "quality_near_ties.py": "configuration                    ident  tie  div  mean Δ nats",
     "round_spread.py": "spread per run (sd/mean)          tok/s per run   accepted",
+    "router_policies.py": "policy        prefix-cache hits  requests per replica  TTFT p50 ms",
     "search_efficiency.py": "landscape    configs   good grid (order) full grid",
     "server_start.py": "  to ready s   to done s  server CPU-s",
     "time_to_best.py": "time to best (s)  launches  / grid  / any order  / whole grid",
