@@ -112,8 +112,7 @@ def _refit(name: str, storage: str | None, start, out_path: Path | None) -> None
     for method, rate in study_fit.measured_acceptance(result.observations).items():
         out.print(f"  measured {method} acceptance rate {rate:.0%} (used as measured, not "
                   "fitted)")
-    for k, v in result.calibration.factors.items():
-        if abs(v - start[k]) > 1e-3 * abs(start[k]):
-            out.print(f"  {k}: {start[k]:.4g} -> {v:.4g}")
+    for line in study_fit.factor_lines(start, result.calibration):
+        out.print(f"  {line}")
     out.print(f"written to {path}; use it with `tuner plan STUDY.yaml --calibration "
               f"{shlex.quote(str(path))}`")
