@@ -54,13 +54,20 @@ def render() -> None:
         st.caption(ui.say(f"load search: {trial.load_search}", unit))
 
     cols = st.columns(5)
-    cols[0].metric(ui.column_in_unit(dd.TOK_GPU, unit), ui.fmt(trial.objective))
+    # The figure that decided its verdict, as the Study and Choose pages and `tuner best` give
+    # it; its other run beside it, labelled.
+    shown = dd.figure(trial, data.study)
+    cols[0].metric(ui.column_in_unit(dd.TOK_GPU, unit), ui.fmt(shown.value),
+                   help=f"From its {shown.source}: the run that decided its verdict.")
     cols[1].metric("SLA", {None: "–", True: "met", False: "missed"}[trial.meets_sla])
     cols[2].metric(ui.column_in_unit("GPUs", unit), ui.fmt(trial.gpus))
     cols[3].metric("engine", f"{data.study.engine} {trial.engine_version or ''}".strip())
     duration = ((trial.finished_at - trial.started_at).total_seconds()
                 if trial.finished_at else None)
     cols[4].metric("duration", "–" if duration is None else f"{duration:,.0f} s")
+    if shown.other_text():
+        st.caption(ui.say(f"{ui.column_in_unit(dd.TOK_GPU, unit)} from its {shown.source}; "
+                          f"its {shown.other_text()}", unit))
 
     left, right = st.columns(2, gap="large")
     with left:

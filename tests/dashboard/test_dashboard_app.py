@@ -634,3 +634,21 @@ def test_the_dashboard_leaves_an_older_database_byte_identical_and_creates_no_fi
         assert any("no study database at" in e.value for e in at.error), page
     assert _snapshot(old) == before
     assert list(missing.iterdir()) == []
+
+
+def test_every_page_gives_the_winner_the_figure_that_decided_its_verdict(monkeypatch, tmp_path):
+    # Trial 2's confirmation (1,300) differs from its first run (1,500): the confirmation is
+    # the winner's figure on every page, and the first run appears as a run, with the reason.
+    url = sqlite_url(tmp_path / "tuner.db")
+    troubled_study(url)
+
+    study = open_page(monkeypatch, url, "views/study.py", study="s")
+    trial = open_page(monkeypatch, url, "views/trial.py", study="s", trial="2")
+    choose = open_page(monkeypatch, url, "views/choose.py")
+
+    assert metrics(study)["best tok/s/core"] == "1,300"
+    assert metrics(study)["tok/s/core"] == "1,300"  # the winner's card
+    assert metrics(trial)["tok/s/core"] == "1,300"
+    assert "tok/s/core" in metrics(choose) and metrics(choose)["tok/s/core"] == "1,300"
+    other = text(trial)
+    assert "from its confirmation; its first run 1,500: differs" in other

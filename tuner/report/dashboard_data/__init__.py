@@ -111,6 +111,7 @@ from tuner.report.dashboard_data.trials import (
 )
 from tuner.spec.space import describe  # the pages' configuration text, as the tables write it
 from tuner.verdict.choose import BY, Targets  # the Choose page's inputs, as `tuner choose` takes
+from tuner.verdict.rules import figure  # a trial's one figure, as every page and command shows it
 
 __all__ = [
     "BY", "CHART_LIMIT", "CHOICE_COLUMNS", "H2H_COLUMNS", "head_to_head_frame",
@@ -120,7 +121,7 @@ __all__ = [
     "Importance", "LaunchView", "LoadCurves", "ParetoFront", "PredictedVsMeasured", "Ranking",
     "FlipView", "StudyData", "StudySummary", "Targets", "best_card", "best_of", "choice_points",
     "compare_frame", "compare_points", "confirmation_text", "data_version", "describe",
-    "drawn_points", "export_files", "failure_groups", "filter_trials", "launch_view",
+    "drawn_points", "export_files", "failure_groups", "figure", "filter_trials", "launch_view",
     "levels_frame", "load_curves", "load_predicted_vs_measured", "log_tail", "measured_points",
     "model_name", "open_store", "option_order", "overview_frame", "page_url", "param_columns",
     "param_importances", "param_label", "param_value", "parallelism", "pareto_front",
