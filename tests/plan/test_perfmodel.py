@@ -371,32 +371,41 @@ def test_disaggregated_figures_are_skipped_with_the_reason_not_mispredicted():
 
 
 @pytest.fixture(scope="module")
-def fresh() -> pm.Calibration:
-    """The factors calibrated anew on the calibration rows, with every configuration held out
-    in turn (a minute or two: one fit per configuration)."""
-    return pm.calibrate(published()[0], source="test")
+def refitted() -> pm.Calibration:
+    """The factors fitted anew on the calibration rows (one fit: seconds). The full leave-one-
+    configuration-out, one fit per configuration, is the accuracy bench's (minutes)."""
+    return pm.fit(published()[0], pm.prior_calibration(), source="test")
 
 
-def test_the_shipped_calibration_is_what_calibrating_on_the_calibration_rows_gives(fresh):
-    for name, value in fresh.factors.items():
+def test_the_shipped_calibration_is_what_fitting_the_calibration_rows_gives(refitted):
+    for name, value in refitted.factors.items():
         assert CAL[name] == pytest.approx(value, rel=1e-3), name
-    assert CAL.summary["leave_one_out_median_abs_error"] == pytest.approx(
-        fresh.summary["leave_one_out_median_abs_error"], abs=1e-3)
-    assert CAL.summary["bands"].keys() == fresh.summary["bands"].keys()
-    for group, stats in fresh.summary["bands"].items():
-        assert CAL.summary["bands"][group] == pytest.approx(stats, abs=2e-3), group
 
 
-def test_each_configuration_held_out_is_predicted_within_the_accuracy_bars(fresh):
+def test_the_shipped_leave_one_out_errors_are_within_the_accuracy_bars():
     """InferenceMAX's 121 configurations of gpt-oss-120b at 1024/1024 (vLLM on H100, H200 and
-    B200, TensorRT-LLM on B200), each predicted by factors fitted without it: median error at
-    most 10% on tok/s per GPU and per user, 25% on median TTFT, 35% on p99 TTFT."""
-    bands = fresh.summary["bands"]
+    B200, TensorRT-LLM on B200), each predicted by factors fitted without it, as the shipped
+    calibration records them: median error at most 10% on tok/s per GPU and per user, 25% on
+    median TTFT, 35% on p99 TTFT."""
+    bands = CAL.summary["bands"]
     assert bands["tok_s_per_gpu"]["rows"] >= 121 and bands["ttft_p99"]["rows"] == 121
     assert bands["tok_s_per_gpu"]["median_abs_error"] <= 0.10
     assert bands["tok_s_per_user"]["median_abs_error"] <= 0.10
     assert bands["ttft"]["median_abs_error"] <= 0.25
     assert bands["ttft_p99"]["median_abs_error"] <= 0.35
+
+
+def test_configurations_held_out_now_err_no_more_than_the_shipped_record_says(refitted):
+    # A sample of the leave-one-out, recomputed: every figure of 5 configurations spread over
+    # the rows, fitted without them, errs within the worst the shipped calibration records.
+    obs = published()[0]
+    keys = sorted({pm.configuration_key(o) for o in obs}, key=str)
+    worst = CAL.summary["leave_one_out_worst_abs_error"]
+    for key in keys[:: max(1, len(keys) // 5)][:5]:
+        held = [o for o in obs if pm.configuration_key(o) == key]
+        without = pm.fit([o for o in obs if pm.configuration_key(o) != key], refitted,
+                         source="held out")
+        assert np.max(np.abs(pm.errors(held, without))) <= worst + 1e-6, key
 
 
 def test_held_out_max_throughput_figures_stay_within_10_percent_median():
