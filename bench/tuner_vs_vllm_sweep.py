@@ -9,7 +9,8 @@ sweep, tuner so that the machine's drift falls on both. Run by hand (it starts v
         [--runs 2] [--num-prompts 200] [--requests 48] [--max-rounds 12] [--smoke] \
         [--warmup-ablation N | --layout-ablation]
 
-`--smoke`: 2 configurations at concurrency 4, few requests, one run of each (~4 minutes).
+`--smoke`: 1 configuration at concurrency 4, few requests, one run of each, no head-to-head
+(~1.5 minutes).
 
 The same requests both ways: random token ids (tuner's `prompt_source: synthetic`, the bench's
 `--dataset-name random`), exactly 64 output tokens (ignore_eos), greedy (`--temperature 0`).
@@ -182,7 +183,7 @@ def tuner_spec(model: str, configs: list[Config], levels: list[int], a: argparse
                   "max_rounds": a.max_rounds, "ci_target": 0.05, "warmup_requests": 4},
         sampler={"name": "grid", "seed": 0},
         budget={"n_trials": len(configs), "timeout_min": 40, "trial_timeout_s": 900,
-                "confirm_top_k": 2},
+                "confirm_top_k": a.finalists},
         quality={"enabled": False})
     path = folder / "study.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -294,7 +295,10 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=200, help="vllm bench serve, per level")
     p.add_argument("--requests", type=int, default=48, help="tuner's requests_per_level")
     p.add_argument("--max-rounds", type=int, default=12, help="tuner's max_rounds")
-    p.add_argument("--smoke", action="store_true", help="2 configurations, c=4, 1 run")
+    p.add_argument("--finalists", type=int, default=2, help="tuner's confirm_top_k (its "
+                   "head-to-head)")
+    p.add_argument("--smoke", action="store_true", help="1 configuration, c=4, 1 run, no "
+                   "head-to-head")
     p.add_argument("--warmup-ablation", type=int, metavar="N", default=0,
                    help="instead: vLLM's sweep alone, without and with N warm-up prompts per "
                    "point, in turns, over seqs 16 and 64 x tokens 256 at c=16")
@@ -312,8 +316,9 @@ def main() -> None:
     configs = [(s, t) for s in (4, 16, 64) for t in (256, 2048)]
     levels = [4, 16]
     if a.smoke:
-        configs, levels = [(4, 2048), (64, 2048)], [4]
-        a.runs, a.num_prompts, a.requests, a.max_rounds = 1, 16, 16, 2
+        # One server each way: the smoke proves the path, the full run measures.
+        configs, levels = [(64, 2048)], [4]
+        a.runs, a.num_prompts, a.requests, a.max_rounds, a.finalists = 1, 16, 16, 2, 0
 
     os.chdir(REPO)  # the model path and tuner's cwd are the repository's
     model, _, _ = tiny_vllm(a.model)
