@@ -42,6 +42,10 @@ def pareto_points(front: dd.ParetoFront, *, x: str, log_x: bool) -> pd.DataFrame
     return pts[pts[x] > 0] if log_x else pts
 
 
+# A drawn level's trial, as the Pareto legend names it.
+OUTCOMES = {"complete": "complete", "pruned": "pruned", "failed": "failed"}
+
+
 def pareto_chart(front: dd.ParetoFront, *, x: str, color: str, sla_floor: float | None,
                  log_x: bool, unit: str, front_by: str | None = None,
                  height: int = 440) -> alt.Chart:
@@ -50,6 +54,10 @@ def pareto_chart(front: dd.ParetoFront, *, x: str, color: str, sla_floor: float 
     pts = frame_in_unit(pareto_points(front, x=x, log_x=log_x), unit).copy()
     tok = column_in_unit(dd.TOK_GPU, unit)
     pts["SLA"] = pts["meets SLA"].map({True: "met", False: "missed"})
+    # Levels of trials that did not complete (pruned; failed, e.g. the quality gate) are drawn,
+    # with a shape of their own in the legend: their figures never make a winner.
+    pts["trial outcome"] = pts["state"].map(OUTCOMES).fillna(pts["state"]) \
+        if "state" in pts else "complete"
     n = len(pts)
     size, faded = (70, 0.5) if n < 300 else (30, 0.35) if n < 3000 else (12, 0.25)
     pts["emphasis"] = pts["on front"].map({True: 1.0, False: faded})
@@ -76,7 +84,11 @@ def pareto_chart(front: dd.ParetoFront, *, x: str, color: str, sla_floor: float 
                            alt.value("transparent")),
         opacity=alt.condition(picked, alt.Opacity("emphasis:Q", scale=None, legend=None),
                               alt.value(0.05)),
-        tooltip=tooltip,
+        shape=alt.Shape("trial outcome:N", scale=alt.Scale(domain=list(OUTCOMES.values()),
+                                                           range=["circle", "triangle-up",
+                                                                  "cross"]),
+                        legend=alt.Legend(orient="right", title="trial")),
+        tooltip=[*tooltip, alt.Tooltip("trial outcome:N")],
     ).add_params(picked)
     layers: list[alt.Chart] = [dots]
     fr = pts[pts["on front"]].sort_values(x)

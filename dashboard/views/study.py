@@ -70,8 +70,9 @@ def pareto(data: dd.StudyData, summary: dd.StudySummary, storage: str, version: 
         + (f"; {no_figure} more where every request failed, which have no figure to draw"
            if no_figure else "")
         + (f"; {off_axis} more at 0 {x}, which a log axis cannot place" if off_axis else "")
-        + ". Filled: the level met the SLA; hollow: it missed. Series = engine and "
-        "parallelism."
+        + ". Filled: the level met the SLA; hollow: it missed; pale: off the front. Shape: "
+        "the trial's outcome (a pruned or failed trial's levels never make a winner). "
+        "Series = engine and parallelism."
         + (" The dashed line is the SLA's per-user floor." if floor and x == dd.USER_P90
            else ""))
     with st.expander(ui.say(f"Pareto-optimal points ({n_front}): the best throughput per GPU "

@@ -4,6 +4,7 @@ on a study where trials failed, were pruned, failed the quality gate or are stil
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -125,3 +126,16 @@ def test_no_page_says_none_or_nan_in_its_text_or_its_tables(monkeypatch, url):
         said = {element: NONE.search(body).group(0) for element, body in shown(at).items()
                 if NONE.search(body)}
         assert said == {}, where
+
+
+def test_the_pareto_legend_names_the_outcome_of_each_drawn_trial(monkeypatch, url):
+    # Pruned and failed trials' levels are drawn, and the legend says which marks they are.
+    at = open_page(monkeypatch, url, "views/study.py", study="s")
+    points = mark_data(at, "point")[0]
+    drawn = set(points.column("trial outcome").to_pylist())
+    assert {"complete", "pruned", "failed"} <= drawn
+    spec = json.loads(at.get("vega_lite_chart")[0].proto.spec)
+    dots = next(layer for layer in spec["layer"] if "shape" in layer.get("encoding", {}))
+    shape = dots["encoding"]["shape"]
+    assert shape["field"] == "trial outcome" and shape["legend"]["title"] == "trial"
+    assert set(shape["scale"]["domain"]) == {"complete", "pruned", "failed"}
