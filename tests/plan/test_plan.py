@@ -508,7 +508,8 @@ def test_optuna_enqueued_warm_start_trials_are_not_queued_twice_on_resume(tmp_pa
         warm = planner.warm_start(target, 3, store=store, study_name="w")
         for _ in range(2):  # a study resumed: the same configurations are offered again
             checks: list = []
-            loop.queue_warm_start(SimpleNamespace(add_check=checks.append,
-                                                  say=lambda line: None), study, warm, done=set())
+            ctx = SimpleNamespace(run=SimpleNamespace(add_check=checks.append),
+                                  say=lambda line: None)
+            loop.queue_warm_start(ctx, study, warm, done=set())
         assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 3
         assert len(store.predictions("w")) == 3 * len(plan.levels)
