@@ -251,3 +251,34 @@ def test_no_request_leaves_the_machine_while_the_pages_load(browser, tmp_path):
     assert code == 0, server.log.read_text()[-2000:]
     assert any(u.startswith(server.url) for u in requested)  # the recording saw the pages
     assert [u for u in requested if not is_local(u)] == []
+
+
+def test_in_a_browser_every_page_gives_the_winner_the_figure_that_decided_it(browser, tmp_path):
+    # Trial 2's confirmation (1,300 tok/s/core) differs from its first run (1,500): each page's
+    # metric for it says 1,300, and its Trial page names the first run as a run, with the reason.
+    from tests.report.test_dashboard_data import troubled_study
+
+    url = f"sqlite:///{tmp_path / 'tuner.db'}"
+    troubled_study(url)
+    server = Dashboard(url, tmp_path)
+    metrics: dict[str, list[str]] = {}
+    bodies: dict[str, str] = {}
+    try:
+        server.wait_ready()
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        for route in ("/study?study=s", "/choose", "/trial?study=s&trial=2"):
+            page.goto(server.url + route, timeout=60_000)
+            page.get_by_text(LOCAL_ROUTES[route]).first.wait_for(timeout=60_000)
+            page.get_by_test_id("stMetricValue").first.wait_for(timeout=30_000)
+            metrics[route] = [" ".join(t.split()) for t in
+                              page.get_by_test_id("stMetric").all_inner_texts()]
+            bodies[route] = page.inner_text("body")
+    finally:
+        code = server.stop()
+    assert code == 0, server.log.read_text()[-2000:]
+    assert "best tok/s/core 1,300" in metrics["/study?study=s"]  # the headline
+    assert "tok/s/core 1,300" in metrics["/study?study=s"]  # the winner's card
+    assert "tok/s/core 1,300" in metrics["/choose"]
+    assert "tok/s/core 1,300" in metrics["/trial?study=s&trial=2"]
+    assert "from its confirmation; its first run 1,500: differs" in bodies["/trial?study=s&trial=2"]
+    assert not any("Traceback" in body for body in bodies.values())
