@@ -81,3 +81,16 @@ def test_every_vllm_plan_is_accepted_by_vllms_own_parser(tmp_path: Path):
             assert args.enable_prefix_caching is False  # as the example says, not vLLM's default
             assert args.tensor_parallel_size == p.params["tensor_parallel_size"]
             assert args.moe_backend == p.params["moe_backend"]
+
+
+def test_a_dry_run_refuses_a_router_policy_its_replicas_cannot_feed(tmp_path: Path):
+    # The study's own rule, asked by the dry run too: kv_aware needs KV-event feeds tuner does
+    # not wire, and a policy without replicas has no router to set.
+    from tuner.plan.dry_run import offline_study
+
+    spec = load_spec(SPECS["vllm"])
+    study = offline_study(spec, SPECS["vllm"], gpu="H200", engine=None)
+    base = {"tensor_parallel_size": 1}
+    assert "KV-cache event feeds" in study.infeasible({**base, "replicas": 2,
+                                                        "router_policy": "kv_aware"})
+    assert study.infeasible({**base, "replicas": 2, "router_policy": "round_robin"}) is None

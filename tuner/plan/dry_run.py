@@ -15,6 +15,7 @@ from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
+from tuner.serve.routers import policy_infeasibility
 from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape
@@ -40,7 +41,8 @@ class OfflineStudy:
 
     def infeasible(self, config: dict[str, Any]) -> str | None:
         return infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
-                             adapter=self.adapter, gpu=self.gpu, settings=self.settings)
+                             adapter=self.adapter, gpu=self.gpu, settings=self.settings) \
+            or policy_infeasibility(self.adapter.name, config)
 
 
 def offline_study(spec: StudySpec, spec_path: Path, *, gpu: str | None,

@@ -22,13 +22,13 @@ from tuner.measure.quality_tasks import read_tasks, task_prompts
 from tuner.serve.engines import EngineAdapter, EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory, bind_ranks, detect, owned_devices
 from tuner.serve.launcher import port_is_free
-from tuner.serve.routers import get_router, has_router, world_size
+from tuner.serve.routers import get_router, has_router, policy_infeasibility, world_size
 from tuner.spec.errors import BadInput
 from tuner.spec.feasibility import Check, infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape, read_model_shape, shape_by_name
 from tuner.spec.names import check_study_name, folder_of
-from tuner.spec.space import DEPLOYMENT_PARAMETERS, SearchSpace, load_space, replicas_of
+from tuner.spec.space import DEPLOYMENT_PARAMETERS, SearchSpace, load_space
 from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
 from tuner.store import QualityReference, Store, StoreError, mask_url
 
@@ -93,11 +93,7 @@ class StudyContext:
         reason = infeasibility(config, shape=self.shape, devices=len(self.inventory.devices),
                                adapter=self.adapter, gpu=self.gpu, settings=self.settings,
                                checks=self.run.checks, per_rank=self.inventory.per_rank)
-        if reason is None and replicas_of(config) > 1:
-            router = get_router(self.adapter.name)
-            reason = router.infeasibility(str(config.get("router_policy",
-                                                         router.default_policy)))
-        return reason
+        return reason or policy_infeasibility(self.adapter.name, config)
 
 
 

@@ -7,16 +7,19 @@ launcher beside the replicas and stops it with them (tuner.serve.routers.deploym
 
 from __future__ import annotations
 
+from typing import Any
+
 from tuner.serve.routers.base import Router, find_executable
 from tuner.serve.routers.replicas import deployment, engine_config, world_size
 from tuner.serve.routers.vllm_router import VllmRouter
 from tuner.spec.errors import BadInput
+from tuner.spec.space import replicas_of
 
 # Engine -> the router that fronts its replicas.
 _ROUTERS: dict[str, Router] = {"vllm": VllmRouter()}
 
 __all__ = ["Router", "deployment", "engine_config", "find_executable", "get_router", "has_router",
-           "world_size"]
+           "policy_infeasibility", "world_size"]
 
 
 def has_router(engine: str) -> bool:
@@ -30,3 +33,12 @@ def get_router(engine: str) -> Router:
         raise BadInput(f"replicas of engine {engine} have no router in tuner yet (routers: "
                        f"{', '.join(f'{k}: {v.name}' for k, v in _ROUTERS.items())}): "
                        "leave replicas and router_policy out of the space") from None
+
+
+def policy_infeasibility(engine: str, config: dict[str, Any]) -> str | None:
+    """Why a configuration's router policy cannot run in front of its replicas, or None (one
+    server has no router). Studies and dry runs both ask this."""
+    if replicas_of(config) <= 1:
+        return None
+    router = get_router(engine)
+    return router.infeasibility(str(config.get("router_policy", router.default_policy)))
