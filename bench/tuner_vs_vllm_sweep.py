@@ -336,15 +336,22 @@ def main() -> None:
     report(sweeps, tuners, configs, levels)
 
 
+def ablation_start(a: argparse.Namespace, prefix: str
+                   ) -> tuple[str, list[Config], list[int], Path]:
+    """What both ablations measure (seqs 16 and 64 x tokens 256 at c=16), the model, and a
+    folder for their logs, said at the start."""
+    os.chdir(REPO)
+    model, _, _ = tiny_vllm(a.model)
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    print(f"machine: {machine()}\nvllm bench sweep serve, c=16, {a.num_prompts} prompts; "
+          f"logs in {folder}", flush=True)
+    return model, [(16, 256), (64, 256)], [16], folder
+
+
 def warmup_ablation(a: argparse.Namespace) -> None:
     """How much of the sweep's figure is its server's first requests: each point measured
     without a warm-up (the tool's default) and with `a.warmup_ablation` warm-up prompts."""
-    os.chdir(REPO)
-    model, _, _ = tiny_vllm(a.model)
-    configs, levels = [(16, 256), (64, 256)], [16]
-    folder = Path(tempfile.mkdtemp(prefix="sweep-warmup-"))
-    print(f"machine: {machine()}\nvllm bench sweep serve, c=16, {a.num_prompts} prompts; "
-          f"logs in {folder}", flush=True)
+    model, configs, levels, folder = ablation_start(a, "sweep-warmup-")
     rows: dict[Point, dict[int, list[float]]] = {}
     for i in range(a.runs):
         for warmup in (0, a.warmup_ablation):
@@ -363,12 +370,7 @@ def warmup_ablation(a: argparse.Namespace) -> None:
 def layout_ablation(a: argparse.Namespace) -> None:
     """How much of the gap between the tools is where the sweep's frontend and client run:
     each point measured by vLLM's own sweep in each of LAYOUTS, in turns."""
-    os.chdir(REPO)
-    model, _, _ = tiny_vllm(a.model)
-    configs, levels = [(16, 256), (64, 256)], [16]
-    folder = Path(tempfile.mkdtemp(prefix="sweep-layout-"))
-    print(f"machine: {machine()}\nvllm bench sweep serve, c=16, {a.num_prompts} prompts; "
-          f"logs in {folder}", flush=True)
+    model, configs, levels, folder = ablation_start(a, "sweep-layout-")
     rows: dict[Point, dict[str, list[float]]] = {}
     for i in range(a.runs):
         for layout in LAYOUTS:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tuner"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -49,53 +51,39 @@ def test_the_layer_contracts_hold():
     assert "0 broken" in proc.stdout
 
 
-def test_a_lower_layer_importing_a_higher_one_breaks_the_contract(tmp_path: Path):
+# Each contract, broken by one planted import: (the module planted, the import, the contract
+# import-linter reports broken, the import it names).
+PLANTED = {
+    "a lower layer importing a higher one": (
+        "tuner/spec/errors.py", "import tuner.cli  # a spec reaching the CLI",
+        "Packages by pipeline stage: dependencies point down only",
+        "tuner.spec.errors -> tuner.cli"),
+    "optuna imported outside the bridge": (
+        "tuner/search/loop.py", "import optuna.samplers  # around the bridge",
+        "Optuna is reached through one bridge", "tuner.search.loop -> optuna"),
+    "a report reaching into the study loop": (
+        "tuner/report/tables.py", "import tuner.search.loop  # past the verdict",
+        "Reports read verdicts: of the search, only its Optuna bridge",
+        "tuner.report.tables -> tuner.search.loop"),
+    "the product importing a test double": (
+        "tuner/serve/launcher.py", "import tuner.testing.fake_engine  # a fake",
+        "The test doubles stay out of the product: no package imports tuner.testing",
+        "tuner.serve.launcher -> tuner.testing.fake_engine"),
+}
+
+
+@pytest.mark.parametrize("case", PLANTED)
+def test_a_planted_import_breaks_its_contract(tmp_path: Path, case: str):
+    module, line, contract, edge = PLANTED[case]
     copy_project(tmp_path)
-    planted = tmp_path / "tuner" / "spec" / "errors.py"
-    planted.write_text(planted.read_text() + "\nimport tuner.cli  # a spec reaching the CLI\n")
+    planted = tmp_path / module
+    planted.write_text(planted.read_text() + f"\n{line}\n")
 
     proc = lint_imports(tmp_path)
 
     assert proc.returncode != 0
-    assert "Packages by pipeline stage: dependencies point down only BROKEN" in proc.stdout
-    assert "tuner.spec.errors -> tuner.cli" in proc.stdout
-
-
-def test_optuna_imported_outside_the_bridge_breaks_the_contract(tmp_path: Path):
-    copy_project(tmp_path)
-    planted = tmp_path / "tuner" / "search" / "loop.py"
-    planted.write_text(planted.read_text() + "\nimport optuna.samplers  # around the bridge\n")
-
-    proc = lint_imports(tmp_path)
-
-    assert proc.returncode != 0
-    assert "Optuna is reached through one bridge BROKEN" in proc.stdout
-    assert "tuner.search.loop -> optuna" in proc.stdout
-
-
-def test_a_report_reaching_into_the_study_loop_breaks_the_contract(tmp_path: Path):
-    copy_project(tmp_path)
-    planted = tmp_path / "tuner" / "report" / "tables.py"
-    planted.write_text(planted.read_text() + "\nimport tuner.search.loop  # past the verdict\n")
-
-    proc = lint_imports(tmp_path)
-
-    assert proc.returncode != 0
-    assert "Reports read verdicts: of the search, only its Optuna bridge BROKEN" in proc.stdout
-    assert "tuner.report.tables -> tuner.search.loop" in proc.stdout
-
-
-def test_the_product_importing_a_test_double_breaks_the_contract(tmp_path: Path):
-    copy_project(tmp_path)
-    planted = tmp_path / "tuner" / "serve" / "launcher.py"
-    planted.write_text(planted.read_text() + "\nimport tuner.testing.fake_engine  # a fake\n")
-
-    proc = lint_imports(tmp_path)
-
-    assert proc.returncode != 0
-    assert ("The test doubles stay out of the product: no package imports tuner.testing BROKEN"
-            in proc.stdout)
-    assert "tuner.serve.launcher -> tuner.testing.fake_engine" in proc.stdout
+    assert f"{contract} BROKEN" in proc.stdout
+    assert edge in proc.stdout
 
 
 def test_no_private_name_of_optuna_is_used():

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import TUNER, base_spec, call_tuner, wait_for, write_yaml
 from tuner.store import Store, StoreError
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 
 
 @pytest.mark.parametrize("stage, landscape, printed", [
@@ -29,9 +29,7 @@ def test_a_study_stopped_by_sigterm_exits_130_and_records_the_trial_interrupted(
                      workload={"input_len": 8, "output_len": 8, "concurrency": [2],
                                "requests_per_level": 8},
                      budget={"n_trials": 1, "trial_timeout_s": 120, "confirm_top_k": 0})
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 120,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=120)
     write_yaml(tmp_path / "study.yaml", spec)
     out = open(tmp_path / "out.txt", "w")  # noqa: SIM115 (the child writes it)
     proc = subprocess.Popen([*TUNER, "run", "study.yaml"], cwd=tmp_path, stdout=out,
@@ -79,9 +77,7 @@ def test_an_unexpected_error_in_a_trial_is_recorded_with_its_text_and_stops_the_
     spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
                      hardware={"gpu_type": "cpu", "devices": 1},
                      budget={"n_trials": 2, "trial_timeout_s": 120, "confirm_top_k": 0})
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 120,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=120)
     write_yaml(tmp_path / "study.yaml", spec)
     outcome = call_tuner("run", "study.yaml", cwd=tmp_path)
     assert outcome.code == 1, outcome

@@ -13,7 +13,7 @@ import yaml
 from tests.conftest import base_spec, call_tuner, write_yaml
 from tuner.search.lessons import lessons, ruled_out
 from tuner.store import Store
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 
 DP2_UNSUPPORTED = ("unsupported: NotImplementedError in all_gatherv "
                    "(base_device_communicator.py:296)")
@@ -96,9 +96,7 @@ def _study(tmp_path, learn: bool):
                      sla={"ttft_p90_ms": 1000}, sampler={"name": "grid"},
                      budget={"n_trials": 4, "trial_timeout_s": 60, "confirm_top_k": 0,
                              "learn_from_failures": learn})
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 10,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=10)
     write_yaml(tmp_path / "study.yaml", spec)
     run = call_tuner("run", "study.yaml", cwd=tmp_path)
     assert run.code == 0, run.stdout[-3000:] + run.stderr

@@ -17,7 +17,7 @@ from tuner.search.bridge import load_or_create_study
 from tuner.search.context import StudyContext, prepare
 from tuner.search.trial import TrialResult
 from tuner.spec.study_spec import load_spec
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 from tuner.verdict import rules
 from tuner.verdict.rules import config_key
 
@@ -85,9 +85,7 @@ def landscape_study(tmp_path: Path, landscape: dict, values: list[int], n_trials
                      budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0,
                              **budget},
                      storage=f"sqlite:///{tmp_path / 'tuner.db'}", runs_dir=str(tmp_path / "runs"))
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 10,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=10)
     path = write_yaml(tmp_path / "study.yaml", spec)
     return prepare(load_spec(path), path, storage_url=None, study_name=None, say=lambda _: None)
 

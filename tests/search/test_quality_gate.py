@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import TUNER, base_spec, call_tuner, write_yaml
 from tuner.measure.metrics import UNUSABLE_VIOLATION
 from tuner.store import Store
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 
 # Batch 16 is fast and answers wrongly (a configuration that breaks the model); batch 4 is slow
 # and right. The reference (the engine's defaults) answers as batch 4 does.
@@ -37,9 +37,7 @@ def study_dir(tmp_path: Path, landscape: dict = LANDSCAPE, n_trials: int = 2) ->
                      sla={"ttft_p90_ms": 1000}, sampler={"name": "grid"},
                      budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0},
                      quality=QUALITY)
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 10,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=10)
     write_yaml(tmp_path / "study.yaml", spec)
     return tmp_path
 

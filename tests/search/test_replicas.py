@@ -12,7 +12,7 @@ import psutil
 
 from tests.conftest import base_spec, call_tuner, write_yaml
 from tuner.store import Store
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 
 
 def _study(tmp_path: Path, space: dict, landscape: dict, n_trials: int):
@@ -25,9 +25,7 @@ def _study(tmp_path: Path, space: dict, landscape: dict, n_trials: int):
                                "requests_per_level": 16, "warmup_requests": 2},
                      sla={"ttft_p90_ms": 2000}, sampler={"name": "grid"},
                      budget={"n_trials": n_trials, "trial_timeout_s": 60, "confirm_top_k": 0})
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 20,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=20)
     write_yaml(tmp_path / "study.yaml", spec)
     run = call_tuner("run", "study.yaml", cwd=tmp_path)
     assert run.code == 0, run.stdout[-3000:] + run.stderr

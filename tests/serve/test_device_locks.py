@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import base_spec, call_tuner, write_yaml
 from tuner.serve.device_locks import LOCK_DIR_ENV, measuring_on
-from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 
 
 @pytest.fixture(autouse=True)
@@ -109,9 +109,7 @@ def test_tuner_run_beside_another_study_on_its_cores_says_so_and_still_runs(tmp_
     spec = base_spec(fake_model(tmp_path / "model"), space="space.yaml",
                      hardware={"gpu_type": "cpu", "devices": 1},
                      budget={"n_trials": 1, "trial_timeout_s": 120, "confirm_top_k": 0})
-    spec["engine"] = {"name": "vllm", "executable": str(fake_vllm(tmp_path / "bin")),
-                      "ready_timeout_s": 120,
-                      "env": {LANDSCAPE_ENV: str(tmp_path / "landscape.json")}}
+    spec["engine"] = fake_engine_section(tmp_path, ready_timeout_s=120)
     write_yaml(tmp_path / "study.yaml", spec)
 
     with measuring_on("cpu", [0], "tuner study other", wait=False, say=print):

@@ -44,8 +44,9 @@ class SpecDecodeCounts:
                                 self.accepted_tokens - earlier.accepted_tokens)
 
 
-def parse_counters(text: str, names: dict[str, str]) -> SpecDecodeCounts | None:
-    """Sum each named counter over its label sets; None when the engine exports none of them."""
+def summed_counters(text: str, names: dict[str, str]) -> dict[str, float] | None:
+    """Each named counter (ours -> the engine's metric name) summed over its label sets; None
+    when the engine exports none of them."""
     wanted = {v: k for k, v in names.items()}
     totals = dict.fromkeys(names, 0.0)
     seen = False
@@ -54,7 +55,13 @@ def parse_counters(text: str, names: dict[str, str]) -> SpecDecodeCounts | None:
             if sample.name in wanted:
                 totals[wanted[sample.name]] += sample.value
                 seen = True
-    if not seen:
+    return totals if seen else None
+
+
+def parse_counters(text: str, names: dict[str, str]) -> SpecDecodeCounts | None:
+    """The speculative-decoding counters; None when the engine exports none of them."""
+    totals = summed_counters(text, names)
+    if totals is None:
         return None
     return SpecDecodeCounts(int(totals["drafts"]), int(totals["draft_tokens"]),
                             int(totals["accepted_tokens"]))
@@ -107,17 +114,8 @@ def read_prefix_cache(engine: str, base_url: str) -> PrefixCacheCounts | None:
     """One server's prefix-cache counters now; None where it does not answer or exports none."""
     names = PREFIX_CACHE_COUNTERS.get(engine)
     text = None if names is None else _metrics_text(base_url, timeout_s=5.0)
-    if text is None:
-        return None
-    wanted = {v: k for k, v in names.items()}
-    totals = dict.fromkeys(names, 0.0)
-    seen = False
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                totals[wanted[sample.name]] += sample.value
-                seen = True
-    if not seen:
+    totals = None if text is None else summed_counters(text, names)
+    if totals is None:
         return None
     return PrefixCacheCounts(int(totals["queries"]), int(totals["hits"]),
                              int(totals["requests"]))

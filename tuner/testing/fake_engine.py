@@ -50,6 +50,14 @@ def fake_vllm(folder: Path) -> Path:
     return exe
 
 
+def fake_engine_section(folder: Path, ready_timeout_s: float) -> dict:
+    """A spec's `engine` section serving this stand-in as vLLM, its executable under
+    folder/bin and its landscape read from folder/landscape.json."""
+    return {"name": "vllm", "executable": str(fake_vllm(folder / "bin")),
+            "ready_timeout_s": ready_timeout_s,
+            "env": {LANDSCAPE_ENV: str(folder / "landscape.json")}}
+
+
 def fake_model(folder: Path) -> Path:
     """A model directory with just the config.json tuner reads a shape from."""
     folder.mkdir(parents=True, exist_ok=True)
