@@ -134,6 +134,10 @@ class FakeOpenAIServer:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             return await self._respond(request, body, self.script)
+        except ConnectionResetError:
+            # The client went away (a load generator cancels what is in flight when it has
+            # measured enough): nothing to answer, and no traceback in the server's log.
+            return web.Response(status=499)
         finally:
             self.in_flight -= 1
 
