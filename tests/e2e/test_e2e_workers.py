@@ -1,11 +1,16 @@
-"""Several `tuner worker` processes on one PostgreSQL-backed study of real vLLM CPU trials.
+"""Several `tuner worker` processes on one PostgreSQL-backed study, each a real process that
+starts its trials' servers, claims, beats its heart and dies as a deployed worker does.
 
 Each worker owns one core of this 2-core node (`--devices`), as each worker of a GPU fleet owns
-its node's GPUs, so two servers run at once.
+its node's GPUs, so two servers run at once. The servers are the fake engine (tuner.testing):
+what is under test is how the workers share, recover and keep secrets, and a real vLLM adds
+nothing to that but three server starts. That a SIGKILL leaves none of a real vLLM server's
+processes is test_e2e_interrupt.py's; the last test here reads conftest's real study.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,12 +26,8 @@ from sqlalchemy import create_engine, text
 from tests.conftest import TUNER, base_spec, fresh_pg_database, run_tuner, wait_for, write_yaml
 from tuner.serve.launcher import group_members
 from tuner.store import ServerRecord, Store, TrialRecord
+from tuner.testing.fake_engine import fake_engine_section, fake_model
 from tuner.verdict.rules import config_key
-
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.usefixtures("vllm_installed"),
-]
 
 # Four TP1 configurations: more than the budget, so no worker runs out of work early.
 SPACE = {"name": "tp1", "engine": "vllm",
@@ -34,23 +35,29 @@ SPACE = {"name": "tp1", "engine": "vllm",
 # Each worker's first trial, then the killed one's retry: three servers.
 BUDGET = 2
 LEVELS = [2]
+# 10 + 15 x 20 ms a request, two at a time: 96 requests measure for about 15 s, so the kill
+# lands mid-sweep.
+LANDSCAPE = {"default": {"ttft_s": 0.01, "itl_s": 0.02}}
 
 
-def _spec(tiny_model: Path, n_trials: int = BUDGET, requests: int = 8) -> dict:
-    return base_spec(
-        tiny_model, space="space.yaml",
+def _spec(folder: Path, n_trials: int = BUDGET, requests: int = 8) -> dict:
+    spec = base_spec(
+        fake_model(folder / "model"), space="space.yaml",
         hardware={"gpu_type": "cpu", "devices": 1},
         workload={"input_len": 32, "output_len": 16, "concurrency": LEVELS,
                   "requests_per_level": requests, "warmup_requests": 1},
         budget={"n_trials": n_trials, "trial_timeout_s": 300, "heartbeat_interval_s": 1,
                 "heartbeat_grace_s": 6, "confirm_top_k": 0},
     )
+    spec["engine"] = fake_engine_section(folder, ready_timeout_s=60)
+    return spec
 
 
-def _create(tmp_path: Path, tiny_model: Path, url: str, **spec) -> str:
+def _create(tmp_path: Path, url: str, **spec) -> str:
     """`tuner run --create-only` of the study; what it printed."""
+    (tmp_path / "landscape.json").write_text(json.dumps(LANDSCAPE))
     write_yaml(tmp_path / "space.yaml", SPACE)
-    write_yaml(tmp_path / "study.yaml", _spec(tiny_model, **spec))
+    write_yaml(tmp_path / "study.yaml", _spec(tmp_path, **spec))
     proc = run_tuner("run", "study.yaml", "--create-only", "--storage", url, cwd=tmp_path,
                      timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -122,11 +129,11 @@ class WorkersRun:
 
 
 @pytest.fixture(scope="module")
-def workers_run(tmp_path_factory, tiny_model) -> WorkersRun:
+def workers_run(tmp_path_factory) -> WorkersRun:
     with fresh_pg_database() as url:
         d = tmp_path_factory.mktemp("workers")
         # Enough requests that a trial measures for several seconds: the kill lands mid-sweep.
-        created = _create(d, tiny_model, url, requests=96)
+        created = _create(d, url, requests=96)
         # The victim first, and the survivor once the victim's trial is claimed: else, on a busy
         # machine, the survivor could finish its first trial before the victim claims one, run a
         # second and so meet the budget without the killed trial's retry (rightly, but then
@@ -141,8 +148,10 @@ def workers_run(tmp_path_factory, tiny_model) -> WorkersRun:
             def victim_measuring():
                 if "server ready" not in (d / "victim.out").read_text():
                     return None  # the worker prints it, then sweeps
-                (trial,) = [t for t in store.running_trials("test-study")
-                            if t.worker_pid == victim.pid]
+                running = store.running_trials("test-study")
+                if not [t for t in running if t.worker_pid == survivor.pid]:
+                    return None  # both at work at once before the kill
+                (trial,) = [t for t in running if t.worker_pid == victim.pid]
                 (server,) = [s for s in store.unstopped_servers(os.uname().nodename)
                              if s.trial_id == trial.id]
                 return trial, server
@@ -254,6 +263,7 @@ def test_a_storage_password_appears_in_no_output_log_or_export(workers_run):
     assert password not in str([t.launch_plan for t in store.trials("test-study")])
 
 
+@pytest.mark.engine
 def test_the_dashboard_reads_an_sqlite_study_while_it_runs(parallel_study):
     """WAL mode and retries: reading every page's data in a loop during a real study (conftest's
     `parallel_study`, two servers writing at once), no read fails with "database is locked" (or
