@@ -154,7 +154,8 @@ def test_a_given_acceptance_rate_replaces_the_fitted_one_for_speculative_configu
     high = planner.make_plan(target, screened=screened, acceptance=0.8)
     spec_rows = [m for m in range(len(low.modeled))
                  if low.params(m).get("speculative_method", "none") != "none"]
-    plain = [m for m in range(len(low.modeled)) if m not in set(spec_rows)]
+    speculative = set(spec_rows)
+    plain = [m for m in range(len(low.modeled)) if m not in speculative]
     assert spec_rows and plain
     assert np.all(high.prediction.tok_s_per_user[spec_rows]
                   > low.prediction.tok_s_per_user[spec_rows])

@@ -16,6 +16,7 @@ import hashlib
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -104,12 +105,12 @@ class Plan:
             ok &= per_user >= self.sla.min_tok_s_per_user_p90
         return ok
 
-    @property
+    @cached_property  # whole arrays, read per level by the export's rows
     def meets_sla(self) -> np.ndarray:
         """Levels whose predicted p90 TTFT and per-user speed meet the SLA (and that fit)."""
         return self._sla(self.prediction.ttft_p90_ms, self.prediction.tok_s_per_user)
 
-    @property
+    @cached_property
     def reaches_sla(self) -> np.ndarray:
         """Levels whose band reaches the SLA: its optimistic edge (low TTFT, high speed) meets it,
         so a measurement could show the level meeting it."""
