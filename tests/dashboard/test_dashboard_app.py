@@ -2,7 +2,7 @@
 
 Fast tests use small databases written through the Store and Optuna APIs; the tests marked
 `engine` render every page on the database of a real 3-trial vLLM study (conftest's
-`real_study_dir`: two complete trials, one real segfault).
+`real_study`: two complete trials, confirmed head to head, and one real segfault).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tests.report.test_dashboard_data import (  # noqa: E402
 )
 from tuner.report import dashboard_data as dd  # noqa: E402
 from tuner.store import Store  # noqa: E402
+from tuner.verdict import rules  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 APP = REPO / "dashboard" / "app.py"
@@ -546,27 +547,29 @@ def test_no_page_imports_the_launcher_or_the_study_loop(tmp_path):
 
 
 @pytest.fixture
-def real_url(real_study_dir) -> str:
-    return sqlite_url(real_study_dir / "tuner.db")
+def real_url(real_study) -> str:
+    return sqlite_url(real_study.folder / "tuner.db")
 
 
 @pytest.mark.engine
 def test_every_page_renders_on_a_real_studys_database(monkeypatch, real_url):
     store = Store.open(real_url, create=False)
     trials = store.trials("test-study")
-    best = max((t for t in trials if t.meets_sla), key=lambda t: t.objective)
+    study = store.get_study("test-study")
+    best = rules.winner(study, trials)
+    shown = rules.figure(best, study).value  # the figure that decided its verdict
     counts = {s: sum(t.state == s for t in trials) for s in dd.STATES}
     assert counts["complete"] == 2 and counts["failed"] == 1
 
     at = open_page(monkeypatch, real_url)
     row = at.dataframe[0].value.set_index("study").loc["test-study"]
-    assert row["best tok/s/core"] == round(best.objective)  # a CPU study
+    assert row["best tok/s/core"] == round(shown)  # a CPU study
     assert (row["complete"], row["failed"], row["infeasible"]) == (
         counts["complete"], counts["failed"], counts["infeasible"])
 
     at = open_page(monkeypatch, real_url, "views/study.py", study="test-study")
     m = metrics(at)
-    assert m["best tok/s/core"] == f"{best.objective:,.0f}"
+    assert m["best tok/s/core"] == f"{shown:,.0f}"
     assert (m["complete"], m["failed"], m["infeasible"]) == (
         str(counts["complete"]), str(counts["failed"]), str(counts["infeasible"]))
     assert f"Best configuration · trial {best.number}" in text(at)

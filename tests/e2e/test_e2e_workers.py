@@ -264,17 +264,17 @@ def test_a_storage_password_appears_in_no_output_log_or_export(workers_run):
 
 
 @pytest.mark.engine
-def test_the_dashboard_reads_an_sqlite_study_while_it_runs(parallel_study):
+def test_the_dashboard_reads_an_sqlite_study_while_it_runs(real_study):
     """WAL mode and retries: reading every page's data in a loop during a real study (conftest's
-    `parallel_study`, two servers writing at once), no read fails with "database is locked" (or
+    `real_study`, two servers writing at once), no read fails with "database is locked" (or
     anything else), and the reads see the study progress."""
-    reads = parallel_study.reads
+    reads = real_study.reads
     assert reads.errors == []
     assert reads.count > 20
     completes = [complete for _, complete in reads.seen]
     # The reads saw the study from before its first result, part done, to the end at most.
     assert completes[0] == 0
-    assert any(0 < c < 3 for c in completes)
-    assert max(completes) <= 3
+    assert any(0 < trials and complete < 2 for trials, complete in reads.seen)
+    assert max(completes) <= 2
     assert completes == sorted(completes)  # a read never sees a finished trial vanish
-    assert "database is locked" not in (parallel_study.folder / "run.out").read_text()
+    assert "database is locked" not in (real_study.folder / "run.out").read_text()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import write_yaml
+from tuner.search.context import prepare
 from tuner.search.load_search import (
     MAX_LEVELS,
     Bounds,
@@ -14,6 +16,7 @@ from tuner.search.load_search import (
     next_load,
     outcome,
 )
+from tuner.spec.study_spec import load_spec
 
 
 def search(bounds: Bounds, meets) -> list[tuple[float, bool]]:
@@ -163,6 +166,25 @@ def test_a_spec_with_concurrency_auto_and_no_max_batch_anywhere_is_refused(tmp_p
         sweep_for(ctx, {})
     assert sweep_for(ctx, {"max_batch_size": 4}).cap == 4
     ctx.store.close()
+
+
+def test_a_space_with_a_configuration_without_a_bound_is_refused_before_any_trial(tmp_path):
+    """One rule, said at the start: not at the first configuration without a batch limit,
+    halfway through a study (a study's spec fault stops it with exit 2 either way)."""
+    from tests.search.test_loop import landscape_study
+    from tuner.spec.errors import BadInput
+
+    landscape_study(tmp_path, LOAD_MODEL, [4], n_trials=1,
+                    workload={"concurrency": "auto"}).store.close()
+    write_yaml(tmp_path / "space.yaml", {"name": "half", "engine": "vllm", "parameters": {
+        "max_num_tokens": {"values": [256, 2048]},
+        "max_batch_size": {"values": [4], "when": {"max_num_tokens": 256}}}})
+    (tmp_path / "tuner.db").unlink()
+    with pytest.raises(BadInput, match=r"concurrency auto needs the most requests .* the "
+                       r"space's configuration .*2048.* has none"):
+        prepare(load_spec(tmp_path / "study.yaml"), tmp_path / "study.yaml", storage_url=None,
+                study_name=None, say=lambda _: None)
+    assert not (tmp_path / "tuner.db").exists()  # refused before a database is created
 
 
 def test_a_crashed_trial_keeps_its_failure_not_a_load_search_verdict(tmp_path):

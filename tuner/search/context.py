@@ -28,7 +28,7 @@ from tuner.spec.feasibility import Check, infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape, read_model_shape, shape_by_name
 from tuner.spec.names import check_study_name, folder_of
-from tuner.spec.space import DEPLOYMENT_PARAMETERS, SearchSpace, load_space
+from tuner.spec.space import DEPLOYMENT_PARAMETERS, SearchSpace, describe, load_space
 from tuner.spec.study_spec import DEFAULT_STORAGE, StudySpec, resolve_space_path
 from tuner.store import QualityReference, Store, StoreError, mask_url
 
@@ -306,12 +306,37 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     check_prompts(spec, model_dir, shape.vocab_size)
     settings = engine_settings(spec, executable, str(model_dir))
     check_command(adapter, space, settings, inventory, say)
+    check_load_bounds(spec, space, adapter, settings)
     store = store or open_store(url)  # last: a database is created only once all holds
     return StudyContext(
         spec=spec, name=name, space=space, adapter=adapter, inventory=inventory, shape=shape,
         settings=settings, store=store, storage_url=url,
         runs_dir=folder_of(Path(spec.runs_dir), name), say=say, gpu=gpu,
     )
+
+
+def unbounded_load(spec: StudySpec, adapter: EngineAdapter, settings: EngineSettings,
+                   params: dict[str, Any]) -> str | None:
+    """Why `params` cannot be measured under `workload.concurrency: auto` (a load search, or an
+    open loop's cap), which needs the most requests its server runs at once; None when it can."""
+    w = spec.workload
+    if w.concurrency != "auto" or adapter.max_in_flight(params, settings) is not None:
+        return None
+    if w.arrival == "concurrency" and w.search.max is not None:
+        return None
+    return ("workload.concurrency auto needs the most requests a server runs at once: search "
+            "max_batch_size, or set it in engine.args"
+            + (" (or set workload.load_search.max)" if w.arrival != "poisson" else ""))
+
+
+def check_load_bounds(spec: StudySpec, space: SearchSpace, adapter: EngineAdapter,
+                      settings: EngineSettings) -> None:
+    """Every configuration of the space has what its load needs, said before the first trial,
+    not at the first configuration without it, halfway through a study."""
+    for params in space.enumerate():
+        why = unbounded_load(spec, adapter, settings, params)
+        if why is not None:
+            raise BadInput(f"{why}; the space's configuration {describe(params)} has none")
 
 
 def check_command(adapter: EngineAdapter, space: SearchSpace, settings: EngineSettings,

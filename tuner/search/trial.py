@@ -33,7 +33,7 @@ from tuner.search.bridge import (
     tell_retry,
     tell_unusable,
 )
-from tuner.search.context import StudyContext
+from tuner.search.context import StudyContext, unbounded_load
 from tuner.search.load_search import Bounds, most_levels, next_load, outcome
 from tuner.search.quality_gate import check as quality_check
 from tuner.search.quality_gate import check_line
@@ -180,11 +180,8 @@ def sweep_for(ctx: StudyContext, params: dict[str, Any]) -> Sweep:
     most = None if most is None else most * replicas_of(params)  # each replica its own batch
     if w.concurrency != "auto":
         cap = max(w.concurrency)
-    elif most is None and not (w.arrival == "concurrency" and w.search.max is not None):
-        raise BadInput("workload.concurrency auto needs the most requests a server runs at "
-                       "once: search max_batch_size, or set it in engine.args"
-                       + (" (or set workload.load_search.max)" if w.arrival != "poisson"
-                          else ""))
+    elif (why := unbounded_load(ctx.spec, ctx.adapter, ctx.settings, params)) is not None:
+        raise BadInput(why)  # prepare's check_load_bounds says so before any trial
     else:
         cap = int(w.search.max) if most is None else most
     if not w.auto:
