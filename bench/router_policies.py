@@ -26,7 +26,8 @@ from tuner.measure.loadgen import run_sweep
 from tuner.measure.prompts import conversations, synthetic_token_prompts
 from tuner.serve.engines import get_adapter
 from tuner.serve.hardware import Inventory
-from tuner.serve.routers import deployment, get_router
+from tuner.serve.routers import get_router
+from tuner.serve.routers.replicas import deployment
 
 POLICIES = ("cache_aware", "round_robin")
 TURNS, SYSTEM_LEN, INPUT_LEN, OUTPUT_LEN, CONCURRENCY = 4, 128, 32, 16, 4

@@ -88,7 +88,7 @@ def test_the_run_prints_the_winner_and_exports_it(study_dir):
     assert "best of study test-study" in out
     export = study_dir / "tuner-exports" / REAL_STUDY
     record = json.loads((export / "best.json").read_text())
-    assert record["schema_version"] == 7
+    assert record["schema_version"] == 8
     assert record["engine"]["name"] == "vllm" and record["engine"]["version"].startswith("0.32")
     assert record["objective"]["meets_sla"] is True
     assert record["provenance"]["tuner_version"]

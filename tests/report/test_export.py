@@ -100,7 +100,7 @@ def test_the_json_record_is_versioned_and_carries_measurements_and_provenance(st
     write_export(study, store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     ExportRecord.model_validate(record)  # the record satisfies its own schema
-    assert record["schema_version"] == 7
+    assert record["schema_version"] == 8
     assert record["engine"] == {"name": "vllm", "version": "0.32.0"}
     assert record["hardware"]["gpus"] == 1 and record["hardware"]["gpu_type"] == "cpu"
     assert record["measurements"][0]["output_tok_s_per_gpu"] == 256.0
@@ -228,7 +228,7 @@ def test_the_shipped_json_schema_is_current_and_describes_real_records(store, tm
     write_export(store.get_study("s"), store.trials("s")[0], tmp_path, ("json",))
     record = json.loads((tmp_path / "best.json").read_text())
     jsonschema.validate(record, shipped)
-    record["schema_version"] = 8
+    record["schema_version"] = 9
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(record, shipped)
 

@@ -19,7 +19,7 @@ from tests.report.test_export import LEVEL, SPEC
 from tuner.report.export import write_export
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
-from tuner.serve.launcher import free_port
+from tuner.serve.launcher import free_port, port_is_free
 from tuner.store import Store
 from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 
@@ -100,3 +100,128 @@ def test_the_export_copied_elsewhere_serves_with_the_engine_on_path(tmp_path: Pa
     finally:
         server.kill()
         server.wait()
+
+
+def exported_replicas(tmp_path: Path, formats: tuple[str, ...] | None = None) -> Path:
+    """The export of a trial of 2 replicas (TP1, a core each) behind the router, round robin."""
+    spec = {**SPEC, "engine": {k: v for k, v in SPEC["engine"].items() if k != "executable"},
+            "model": {"path": "models/tiny"}}
+    store = Store.open(f"sqlite:///{tmp_path}/tuner.db")
+    store.ensure_study("s", engine="vllm", model=f"{STUDY_MACHINE}/models/tiny",
+                       gpu_type="cpu", spec=spec, space={}, tuner_version="test")
+    settings = EngineSettings(executable=f"{STUDY_MACHINE}/.venv/bin/vllm",
+                              model=f"{STUDY_MACHINE}/models/tiny",
+                              args=dict(SPEC["engine"]["args"]), env=dict(SPEC["engine"]["env"]))
+    params = {"tensor_parallel_size": 1, "max_batch_size": 4, "replicas": 2,
+              "router_policy": "round_robin"}
+    # What a trial of replicas stores: the first replica's command at the router's address.
+    plan = get_adapter("vllm").launch_plan(
+        {"tensor_parallel_size": 1, "max_batch_size": 4}, settings, host="127.0.0.1",
+        port=41234, inventory=Inventory(kind="cpu", type="cpu", devices=(0, 1),
+                                        description="2 cores", host="h"),
+        devices=[0], workdir=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000/replica-1")
+    tid = store.start_trial("s", 0, params, worker_host="h", worker_pid=1, gpus=2,
+                            launch_plan=dataclasses.asdict(plan),
+                            log_path=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000/replica-1/"
+                                     "server.log")
+    store.finish_trial(tid, state="complete", objective=500.0, meets_sla=True,
+                       measurements=[LEVEL])
+    out = tmp_path / "export"
+    try:
+        write_export(store.get_study("s"), store.trials("s")[0], out, formats)
+    finally:
+        store.close()
+    return out
+
+
+def test_a_winner_of_replicas_exports_its_router_and_a_script_that_starts_them_all(
+        tmp_path: Path):
+    out = exported_replicas(tmp_path)
+    record = json.loads((out / "best.json").read_text())
+    router = record["launch"]["router"]
+    assert (router["name"], router["policy"], router["replicas"]) == (
+        "vllm-router", "round_robin", 2)
+    assert router["command"][:4] == ["vllm-router", "--worker-urls", "http://127.0.0.1:8001",
+                                     "http://127.0.0.1:8002"]
+    assert "--disable-retries" not in router["command"]  # a deployment keeps the router's
+    for f in out.iterdir():
+        assert STUDY_MACHINE not in f.read_text(), f.name
+
+
+def test_a_winner_of_replicas_is_not_exported_as_kubernetes_manifests_yet(tmp_path: Path):
+    import pytest
+
+    from tuner.spec.errors import BadInput
+
+    with pytest.raises(BadInput, match="2 replicas behind vllm-router.*--format vllm"):
+        exported_replicas(tmp_path, ("vllm", "json", "k8s"))
+    assert not (tmp_path / "export").exists()  # nothing written
+
+
+def test_the_replicas_export_copied_elsewhere_serves_through_the_real_router(tmp_path: Path):
+    import signal
+
+    from tuner.serve.routers import find_executable
+
+    router = find_executable("vllm-router")
+    assert router, "vllm-router is not installed: `make install` installs tuner's router extra"
+    deploy = tmp_path / "elsewhere" / "deploy"
+    shutil.copytree(exported_replicas(tmp_path), deploy)
+    engine_bin = fake_vllm(tmp_path / "elsewhere" / "bin")
+    model = fake_model(tmp_path / "elsewhere" / "tiny")
+    (tmp_path / "landscape.json").write_text(json.dumps({"default": {"ttft_s": 0.0}}))
+    port = free_port()
+    while not all(port_is_free("127.0.0.1", port + i) for i in (1, 2)):
+        port = free_port()
+    env = {**os.environ, "TUNER_MODEL": str(model), "TUNER_PORT": str(port),
+           "PATH": f"{engine_bin.parent}:{Path(router).parent}:{os.environ['PATH']}",
+           LANDSCAPE_ENV: str(tmp_path / "landscape.json")}
+    for name in ("TUNER_ENGINE", "TUNER_ROUTER"):
+        env.pop(name, None)
+    script = subprocess.Popen([str(deploy / "launch.sh")], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        answer = None
+        for _ in range(1200):  # two minutes at most: the router waits for both replicas
+            try:
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/completions", method="POST",
+                    data=json.dumps({"model": str(model), "prompt": "hello",
+                                     "max_tokens": 4}).encode(),
+                    headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as r:
+                    answer = r.status, r.read()
+                break
+            except OSError:
+                assert script.poll() is None, script.stdout.read().decode()
+                time.sleep(0.1)
+        assert answer is not None and answer[0] == 200
+        members = psutil.Process(script.pid).children(recursive=True)
+        commands = [" ".join(p.cmdline()) for p in members]
+        assert sum("tuner.testing.fake_engine" in c for c in commands) == 2, commands
+        # The router retitles its process; its policy is the one the trial measured.
+        assert any(c.startswith("vllm::router") for c in commands), commands
+        assert "--policy round_robin" in (deploy / "launch.sh").read_text()
+        # One member that exits ends the deployment: the script stops the others.
+        engine = next(p for p in members if "tuner.testing.fake_engine" in " ".join(p.cmdline()))
+        engine.kill()
+        assert script.wait(timeout=30) != 0
+        psutil.wait_procs(members, timeout=10)
+        assert not [p for p in members if p.is_running() and p.status() != "zombie"]
+    finally:
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+        script.wait()
+
+
+def test_the_dashboard_card_of_a_replicas_winner_shows_every_member(tmp_path: Path):
+    from tuner.report import dashboard_data as dd
+
+    exported_replicas(tmp_path)
+    with dd.open_store(f"sqlite:///{tmp_path}/tuner.db") as store:
+        card = dd.best_card(dd.read_study(store, "s"))
+    assert card.command.count("vllm serve models/tiny") == 1  # one replica's command, shared
+    assert "2 replicas" in card.command
+    assert "vllm-router --worker-urls http://127.0.0.1:8001 http://127.0.0.1:8002 --policy " \
+           "round_robin" in card.command

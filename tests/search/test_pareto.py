@@ -75,7 +75,7 @@ def test_export_writes_the_front_s_pick_and_its_measured_point_meets_the_target(
                           target, "--out", out, cwd=tmp_path)
         assert done.code == 0, done.stderr
         record = json.loads((out / "best.json").read_text())
-        assert record["schema_version"] == 7
+        assert record["schema_version"] == 8
         assert record["objective"]["min_tok_s_per_user"] == target
         assert record["objective"]["tok_s_per_user_p90"] >= target
         assert record["objective"]["meets_sla"]

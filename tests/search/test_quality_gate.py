@@ -95,7 +95,7 @@ def test_the_correct_slow_configuration_wins_and_the_wrong_fast_one_is_a_quality
     exported = call_tuner("export", "--format", "json", "--out", "best", cwd=d)
     assert exported.code == 0, exported.stderr
     record = json.loads((d / "best" / "best.json").read_text())
-    assert record["trial"] == right.number and record["schema_version"] == 7
+    assert record["trial"] == right.number and record["schema_version"] == 8
     assert record["quality"]["passed"] and record["quality"]["exact_match_rate"] == 1.0
     assert (record["quality"]["identical"], record["quality"]["near_ties"],
             record["quality"]["diverging"]) == (8, 0, 0)

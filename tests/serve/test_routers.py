@@ -17,7 +17,8 @@ import pytest
 from tuner.serve.engines import EngineSettings, get_adapter
 from tuner.serve.hardware import Inventory
 from tuner.serve.launcher import LaunchFailure
-from tuner.serve.routers import deployment, find_executable, get_router, world_size
+from tuner.serve.routers import find_executable, get_router, world_size
+from tuner.serve.routers.replicas import deployment
 from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_vllm
 
 ROUTER = get_router("vllm")

@@ -20,10 +20,12 @@ from pydantic import BaseModel, ConfigDict
 
 import tuner
 from tuner import DATA_DIR
-from tuner.report.portable import launch_script, portable_argv
-from tuner.report.stored_plan import deploy_plan
+from tuner.report.portable import launch_script, portable_argv, replicas_launch_script
+from tuner.report.stored_plan import deploy_plan, replica_plans
 from tuner.serve.engines import LaunchPlan, get_adapter
+from tuner.serve.routers import get_router, world_size
 from tuner.spec.errors import BadInput
+from tuner.spec.space import replicas_of
 from tuner.store import StudyRecord, TrialRecord
 from tuner.store.records import LevelMeasurement
 from tuner.verdict.cost import study_price, trial_server_hour_usd, usd_per_mtok
@@ -40,10 +42,14 @@ from tuner.verdict.rules import best_level, figure, study_sla
 # 6 added quality.identical, quality.near_ties, quality.diverging, quality.failed and
 #   quality.rule (the tie-aware gate: answers by verdict, the rule that judged and why; None
 #   for a check stored before it); nothing else changed.
-SCHEMA_VERSION = 7
+# 7 added objective.source (the run the value comes from: the one that decided the verdict).
+# 8 added launch.router: a winner served as replicas behind a router (their count, the router,
+#   its policy and command); None for one server; nothing else changed.
+SCHEMA_VERSION = 8
 GENERIC_FORMATS = ("json", "k8s")  # beside each engine's own format (its name: vllm, trtllm)
 SCHEMA_FILE = DATA_DIR / "export.schema.json"
 DEPLOY_HOST, DEPLOY_PORT = "0.0.0.0", 8000  # noqa: S104 (a server meant to be reached)
+REPLICA_HOST = "127.0.0.1"  # replicas behind a router: only the router faces out
 
 
 class _Model(BaseModel):
@@ -90,12 +96,23 @@ class PriceInfo(_Model):
     example: bool
 
 
-class LaunchInfo(_Model):
+class RouterInfo(_Model):
+    """Replicas behind a router: `replicas` servers each run `LaunchInfo.command` (replica i
+    on the router's port + i, on its own block of the devices), and the router in front."""
+
+    name: str
+    policy: str
+    replicas: int
     command: list[str]
+
+
+class LaunchInfo(_Model):
+    command: list[str]  # one server's (each replica's, where `router` is set)
     shell: str  # the same command with its environment, for a shell
     env: dict[str, str]
     config_file: str | None  # None where the command line is the whole configuration (SGLang)
     config: dict[str, Any]
+    router: RouterInfo | None  # None: one server, no router
 
 
 class Provenance(_Model):
@@ -140,7 +157,7 @@ class QualityInfo(_Model):
 
 
 class ExportRecord(_Model):
-    schema_version: Literal[7] = SCHEMA_VERSION
+    schema_version: Literal[8] = SCHEMA_VERSION
     study: str
     trial: int
     engine: EngineInfo
@@ -210,7 +227,9 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
     adapter = get_adapter(study.engine)
     hw = trial.hardware or {}
     # What the trial ran (its stored plan), not what today's adapter would make of its params.
-    plan = deploy_plan(study, trial, host=DEPLOY_HOST, port=DEPLOY_PORT, workdir=workdir)
+    served = served_as_replicas(study, trial, workdir)
+    plan = served[0][0] if served else deploy_plan(study, trial, host=DEPLOY_HOST,
+                                                   port=DEPLOY_PORT, workdir=workdir)
     # As the spec named the engine and the model, not as the study machine resolved them.
     engine_spec = study.spec.get("engine", {})
     container = bool(engine_spec.get("container"))
@@ -249,13 +268,32 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
         confirmation=_confirmation(trial, server_hour), price=_price(study, trial),
         quality=_quality(trial),
         launch=LaunchInfo(command=command, shell=shell_command(command, plan.env), env=plan.env,
-                          config_file=config_file, config=yaml.safe_load(config_text)),
+                          config_file=config_file, config=yaml.safe_load(config_text),
+                          router=served[1] if served else None),
         provenance=Provenance(
             tuner_version=tuner.__version__, study=study.name, trial=trial.number,
             measured_at=trial.finished_at.isoformat() if trial.finished_at else None,
             exported_at=datetime.now(timezone.utc).isoformat(),
         ),
     ), plan.files, plan
+
+
+def served_as_replicas(study: StudyRecord, trial: TrialRecord, workdir: str | None
+                       ) -> tuple[list[LaunchPlan], RouterInfo] | None:
+    """A trial of replicas as a deploy serves it: each replica's plan (on this host's port
+    DEPLOY_PORT + i, where only the router reaches it) and the router in front on DEPLOY_PORT;
+    None for a trial of one server."""
+    n = replicas_of(trial.params)
+    if n <= 1:
+        return None
+    router = get_router(study.engine)
+    plans = replica_plans(study, trial, host=REPLICA_HOST,
+                          ports=[DEPLOY_PORT + i for i in range(1, n + 1)], workdir=workdir)
+    policy = str(trial.params.get("router_policy", router.default_policy))
+    command = router.deploy_command([p.base_url for p in plans], policy,
+                                    executable=router.default_executable, host=DEPLOY_HOST,
+                                    port=DEPLOY_PORT)
+    return plans, RouterInfo(name=router.name, policy=policy, replicas=n, command=command)
 
 
 def shell_command(argv: list[str], env: dict[str, str], prefix: str = "") -> str:
@@ -285,6 +323,12 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
     check_quality(trial)
     record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
     check_invariants(record, get_adapter(study.engine))
+    router = record.launch.router
+    if router is not None and ("k8s" in formats or study.spec.get("engine", {}).get("container")):
+        raise BadInput(f"export of trial {trial.number} refused: it is {router.replicas} replicas "
+                       f"behind {router.name}, which tuner exports as launch.sh and best.json only "
+                       f"(not yet as Kubernetes manifests or a container's command): use "
+                       f"--format {study.engine} --format json")
     k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -294,7 +338,9 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
         header = (f"# tuner {tuner.__version__}: study {study.name}, trial {trial.number}, "
                   f"{record.objective.value:,.0f} {record.objective.metric} "
                   f"({record.objective.source})")
-        if study.spec.get("engine", {}).get("container"):
+        if router is not None:
+            script = _replicas_script(study, trial, record, header, out_dir)
+        elif study.spec.get("engine", {}).get("container"):
             script = (
                 f"#!/usr/bin/env bash\n{header}\nset -euo pipefail\n"
                 'cd "$(dirname "$0")"\n'
@@ -313,6 +359,20 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
     if k8s_text is not None:
         written.append(_write(out_dir / "k8s.yaml", k8s_text))
     return written
+
+
+def _replicas_script(study: StudyRecord, trial: TrialRecord, record: ExportRecord, header: str,
+                     out_dir: Path) -> str:
+    """launch.sh of a trial of replicas: each replica's portable command, then the router."""
+    adapter = get_adapter(study.engine)
+    plans, _ = served_as_replicas(study, trial, str(out_dir.resolve()))
+    engine = record.launch.command[0]
+    replicas = [(portable_argv(adapter.launch_command(p, "."), engine=engine,
+                               resolved_model=study.model, model=record.model), p.env)
+                for p in plans]
+    return replicas_launch_script(replicas, record.launch.router.command, engine=engine,
+                                  model=record.model, router_name=record.launch.router.name,
+                                  host=REPLICA_HOST, port=DEPLOY_PORT, header=header)
 
 
 def default_formats(study: StudyRecord) -> tuple[str, ...]:
@@ -340,7 +400,7 @@ def check_invariants(record: ExportRecord, adapter) -> None:
     """An export a deploy would trip on is refused before any file is written."""
     params, config = record.parameters, record.launch.config
     problems = []
-    world, devices = adapter.world_size(params), record.hardware.gpus
+    world, devices = world_size(adapter, params), record.hardware.gpus
     if record.hardware.gpu_type == "cpu":  # a CPU rank is bound to a fixed number of cores
         if devices % world:
             problems.append(f"the parallel sizes need a multiple of {world} cores, the record "

@@ -46,6 +46,22 @@ def deploy_plan(study: StudyRecord, trial: TrialRecord, *, host: str, port: int,
                    extra={k: v for k, v in plan.extra.items() if k != "cpu_layout"})
 
 
+def replica_plans(study: StudyRecord, trial: TrialRecord, *, host: str, ports: list[int],
+                  workdir: str | None) -> list[LaunchPlan]:
+    """A replicas trial's servers as a deploy runs them, one per port: the stored engine
+    command (every replica runs the same), replica i on the i-th block of devices 0..N-1."""
+    n = len(ports)
+    per = max(1, (trial.gpus or n) // n)
+    plans = []
+    for i, port in enumerate(ports):
+        plan = deploy_plan(study, trial, host=host, port=port, workdir=workdir)
+        env = dict(plan.env)
+        if "CUDA_VISIBLE_DEVICES" in env:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in range(i * per, (i + 1) * per))
+        plans.append(replace(plan, env=env, gpus=per))
+    return plans
+
+
 def _moved_argv(plan: LaunchPlan, *, host: str, port: int, gpus: int, ran_in: str | None,
                 workdir: str | None) -> list[str]:
     """The stored argv with only its serving address, devices and mount changed."""

@@ -16,8 +16,9 @@ from tuner.search.recovery import this_process
 from tuner.serve.cpu_layout import plan_layout
 from tuner.serve.engines import LaunchPlan
 from tuner.serve.launcher import ServerProcess, free_port
-from tuner.serve.routers import deployment, get_router
+from tuner.serve.routers import get_router
 from tuner.serve.routers.deployment import Deployment
+from tuner.serve.routers.replicas import deployment
 from tuner.spec.space import replicas_of
 
 Served = ServerProcess | Deployment

@@ -86,6 +86,11 @@ def best_card(data: StudyData, trial: TrialRecord | None = None) -> BestCard | N
     files, notes = export_files(data.study, trial)
     record = json.loads(files["best.json"]) if "best.json" in files else None
     command = record["launch"]["shell"] if record else None
+    router = record["launch"].get("router") if record else None
+    if router:  # what launch.sh runs: each replica, then the router in front
+        command = (f"# {router['replicas']} replicas, each on the router's port + i:\n{command}\n"
+                   f"# behind {router['name']}, policy {router['policy']} (launch.sh starts "
+                   f"them all):\n{shlex.join(router['command'])}")
     shown = rules.figure(trial, data.study)  # the run that decided its verdict
     level = rules.best_level(shown.levels, rules.study_sla(data.study))[0]
     figures: dict[str, Any] = {

@@ -2,7 +2,8 @@
 protocol, looked up by the engine its replicas run (each engine family ships its own router).
 
 A router is a real one, not written here; tuner builds its command, starts it with the
-launcher beside the replicas and stops it with them (tuner.serve.routers.deployment).
+launcher beside the replicas and stops it with them (`tuner.serve.routers.replicas.deployment`,
+imported from there: this package's own names reach no launcher).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.serve.routers.base import Router, find_executable
-from tuner.serve.routers.replicas import deployment, engine_config, world_size
+from tuner.serve.routers.configs import engine_config, world_size
 from tuner.serve.routers.vllm_router import VllmRouter
 from tuner.spec.errors import BadInput
 from tuner.spec.space import replicas_of
@@ -18,7 +19,7 @@ from tuner.spec.space import replicas_of
 # Engine -> the router that fronts its replicas.
 _ROUTERS: dict[str, Router] = {"vllm": VllmRouter()}
 
-__all__ = ["Router", "deployment", "engine_config", "find_executable", "get_router", "has_router",
+__all__ = ["Router", "engine_config", "find_executable", "get_router", "has_router",
            "policy_infeasibility", "world_size"]
 
 

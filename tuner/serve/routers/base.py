@@ -26,6 +26,11 @@ class Router(Protocol):
         with the rest of a configuration's feasibility, before any launch."""
         ...
 
+    def deploy_command(self, workers: list[str], policy: str, *, executable: str, host: str,
+                       port: int) -> list[str]:
+        """The router's command in an exported deployment in front of `workers`."""
+        ...
+
     def launch_plan(self, workers: list[str], policy: str, *, executable: str, host: str,
                     port: int, metrics_port: int, model: str,
                     ready_timeout_s: float) -> LaunchPlan:

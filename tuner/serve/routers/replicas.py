@@ -16,19 +16,10 @@ from tuner.serve.engines.base import EngineAdapter, EngineSettings, LaunchPlan
 from tuner.serve.hardware import Inventory
 from tuner.serve.launcher import ServerProcess, free_port
 from tuner.serve.routers.base import Router, find_executable
+from tuner.serve.routers.configs import engine_config
 from tuner.serve.routers.deployment import Deployment
 from tuner.spec.errors import BadInput
-from tuner.spec.space import DEPLOYMENT_PARAMETERS, replicas_of
-
-
-def engine_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The configuration one replica's engine runs: without the deployment parameters."""
-    return {k: v for k, v in config.items() if k not in DEPLOYMENT_PARAMETERS}
-
-
-def world_size(adapter: EngineAdapter, config: dict[str, Any]) -> int:
-    """The ranks a configuration occupies over all its replicas (one server: its own)."""
-    return adapter.world_size(engine_config(config)) * replicas_of(config)
+from tuner.spec.space import replicas_of
 
 
 def deployment(adapter: EngineAdapter, router: Router, config: dict[str, Any],

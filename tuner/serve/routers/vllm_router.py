@@ -43,6 +43,15 @@ class VllmRouter:
                     "each replica's prefixes)")
         return None
 
+    def deploy_command(self, workers: list[str], policy: str, *, executable: str, host: str,
+                       port: int) -> list[str]:
+        """The router of an exported deployment: the policy the trial measured, and the
+        router's own retries and circuit breaker, which a deployment wants (a measurement turns
+        them off to count every failed request). Workers may take long to load a real model:
+        it waits up to an hour for them."""
+        return [executable, "--worker-urls", *workers, "--policy", policy,
+                "--host", host, "--port", str(port), "--worker-startup-timeout-secs", "3600"]
+
     def launch_plan(self, workers: list[str], policy: str, *, executable: str, host: str,
                     port: int, metrics_port: int, model: str,
                     ready_timeout_s: float) -> LaunchPlan:
