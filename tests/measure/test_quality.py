@@ -82,3 +82,23 @@ def test_a_bad_task_file_is_one_line_naming_its_line(tmp_path, line, message):
     with pytest.raises(PromptFileError) as e:
         read_tasks(f, "regex")
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_gate_asks_a_conversation_workload_each_conversations_last_turn(tiny_model):
+    """The whole history, shared system prompt included: one request each, as JSON."""
+    import json
+
+    from tuner.measure.quality import quality_prompts
+    from tuner.spec.study_spec import WorkloadSpec
+
+    w = WorkloadSpec(prompt_source="synthetic", input_len=8, output_len=4, concurrency=[2],
+                     requests_per_level=8,
+                     conversation={"turns": 3, "system_prompt_len": 16})
+    q = QualitySpec(prompts=4)
+    prompts = quality_prompts(w, q, tiny_model, vocab_size=1000)
+    assert len(prompts) == 4
+    for p in prompts:
+        # system prompt + 3 user messages of the gate's input length + 2 replies
+        assert len(p) == 16 + 3 * q.input_len + 2 * q.max_tokens
+        json.dumps(request("completions", "m", p, q))
+    assert len({tuple(p[:16]) for p in prompts}) == 1  # the shared system prompt

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tuner.measure.client import PATHS, Prompt
+from tuner.measure.client import PATHS, Conversation, Prompt
 from tuner.measure.prompts import sweep_prompts
 from tuner.spec.quality_spec import QualitySpec
 from tuner.spec.study_spec import WorkloadSpec
@@ -51,12 +51,15 @@ def quality_prompts(w: WorkloadSpec, q: QualitySpec, model_dir: Path,
                     vocab_size: int) -> list[list[int] | Prompt]:
     """The gate's prompts: `q.prompts` of the workload's own prompt source, cut to
     `q.input_len` tokens (a prompt file keeps its own) and drawn with the gate's seed, so a
-    study's reference and every trial ask exactly the same."""
+    study's reference and every trial ask exactly the same. Of a conversation workload, each
+    conversation's last turn: its whole history, shared system prompt included, where prefix
+    caching and routing by prefix would change an answer if anything did."""
     gate = w.model_copy(update={
         "input_len": w.input_len if w.prompt_source == "file" else q.input_len,
         "output_len": q.max_tokens, "range_ratio": 0.0, "output_len_from": "spec",
         "seed": q.seed})
-    return sweep_prompts(gate, model_dir, vocab_size, q.prompts)
+    return [p.turns[-1] if isinstance(p, Conversation) else p
+            for p in sweep_prompts(gate, model_dir, vocab_size, q.prompts)]
 
 
 def request(api: str, model: str, prompt: list[int] | Prompt, q: QualitySpec) -> dict[str, Any]:
