@@ -94,9 +94,9 @@ def test_the_gate_asks_a_conversation_workload_each_conversations_last_turn(tiny
     w = WorkloadSpec(prompt_source="synthetic", input_len=8, output_len=4, concurrency=[2],
                      requests_per_level=8,
                      conversation={"turns": 3, "system_prompt_len": 16})
-    q = QualitySpec(prompts=4)
+    q = QualitySpec(prompts=6)
     prompts = quality_prompts(w, q, tiny_model, vocab_size=1000)
-    assert len(prompts) == 4
+    assert len(prompts) == q.prompts  # as many as the gate says it asks
     for p in prompts:
         # system prompt + 3 user messages of the gate's input length + 2 replies
         assert len(p) == 16 + 3 * q.input_len + 2 * q.max_tokens

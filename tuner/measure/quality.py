@@ -58,8 +58,11 @@ def quality_prompts(w: WorkloadSpec, q: QualitySpec, model_dir: Path,
         "input_len": w.input_len if w.prompt_source == "file" else q.input_len,
         "output_len": q.max_tokens, "range_ratio": 0.0, "output_len_from": "spec",
         "seed": q.seed})
-    return [p.turns[-1] if isinstance(p, Conversation) else p
-            for p in sweep_prompts(gate, model_dir, vocab_size, q.prompts)]
+    if w.conversation is None:
+        return sweep_prompts(gate, model_dir, vocab_size, q.prompts)
+    # Drawn for as many requests as q.prompts whole conversations make, so at least that many.
+    drawn = sweep_prompts(gate, model_dir, vocab_size, q.prompts * w.conversation.turns)
+    return [c.turns[-1] for c in drawn[:q.prompts] if isinstance(c, Conversation)]
 
 
 def request(api: str, model: str, prompt: list[int] | Prompt, q: QualitySpec) -> dict[str, Any]:
