@@ -54,6 +54,26 @@ def exported(tmp_path: Path) -> Path:
     return out
 
 
+def first_answer(launched: subprocess.Popen, port: int, model: Path,
+                 within_s: float) -> int | None:
+    """The HTTP status of the first completion the launched export answers on `port`, asked
+    every 0.1 s while it starts; fails with its output if it exits first, None if it never
+    answers in time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions", method="POST",
+            data=json.dumps({"model": str(model), "prompt": "hello", "max_tokens": 4}).encode(),
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as r:
+                return r.status
+        except OSError:
+            assert launched.poll() is None, launched.stdout.read().decode()
+            time.sleep(0.1)
+    return None
+
+
 def test_no_path_of_the_study_machine_is_in_an_exported_file(tmp_path: Path):
     out = exported(tmp_path)
     for f in out.iterdir():
@@ -79,21 +99,8 @@ def test_the_export_copied_elsewhere_serves_with_the_engine_on_path(tmp_path: Pa
     server = subprocess.Popen([str(deploy / "launch.sh"), "--port", str(port)], env=env,
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        answer = None
-        for _ in range(600):  # a minute at most: the stand-in is up in about a second
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/v1/completions", method="POST",
-                    data=json.dumps({"model": str(model), "prompt": "hello",
-                                     "max_tokens": 4}).encode(),
-                    headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as r:
-                    answer = r.status, r.read()
-                break
-            except OSError:
-                assert server.poll() is None, server.stdout.read().decode()
-                time.sleep(0.1)
-        assert answer is not None and answer[0] == 200
+        # A minute at most: the stand-in is up in about a second.
+        assert first_answer(server, port, model, within_s=60) == 200
         # The engine from PATH, serving the model TUNER_MODEL named.
         command = psutil.Process(server.pid).cmdline()
         assert str(model) in command and "serve" in command
@@ -182,21 +189,8 @@ def test_the_replicas_export_copied_elsewhere_serves_through_the_real_router(tmp
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
-        answer = None
-        for _ in range(1200):  # two minutes at most: the router waits for both replicas
-            try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/v1/completions", method="POST",
-                    data=json.dumps({"model": str(model), "prompt": "hello",
-                                     "max_tokens": 4}).encode(),
-                    headers={"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=5) as r:
-                    answer = r.status, r.read()
-                break
-            except OSError:
-                assert script.poll() is None, script.stdout.read().decode()
-                time.sleep(0.1)
-        assert answer is not None and answer[0] == 200
+        # Two minutes at most: the router waits for both replicas.
+        assert first_answer(script, port, model, within_s=120) == 200
         members = psutil.Process(script.pid).children(recursive=True)
         commands = [" ".join(p.cmdline()) for p in members]
         assert sum("tuner.testing.fake_engine" in c for c in commands) == 2, commands
