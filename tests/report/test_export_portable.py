@@ -26,9 +26,10 @@ from tuner.testing.fake_engine import LANDSCAPE_ENV, fake_model, fake_vllm
 STUDY_MACHINE = "/home/study-machine/clone"
 
 
-def exported(tmp_path: Path) -> Path:
+def exported(tmp_path: Path, replicas: int = 1, formats: tuple[str, ...] | None = None) -> Path:
     """The export of a trial run on a study machine whose engine and model live in its clone,
-    from a spec that named the model `models/tiny` and no executable."""
+    from a spec that named the model `models/tiny` and no executable: one TP1 server, or
+    `replicas` of them (a core each) behind the router, round robin."""
     spec = {**SPEC, "engine": {k: v for k, v in SPEC["engine"].items() if k != "executable"},
             "model": {"path": "models/tiny"}}
     store = Store.open(f"sqlite:///{tmp_path}/tuner.db")
@@ -38,19 +39,24 @@ def exported(tmp_path: Path) -> Path:
                               model=f"{STUDY_MACHINE}/models/tiny",
                               args=dict(SPEC["engine"]["args"]), env=dict(SPEC["engine"]["env"]))
     params = {"tensor_parallel_size": 1, "max_batch_size": 4}
+    # A trial of replicas stores the first replica's command, at the router's address.
+    ran_in = f"{STUDY_MACHINE}/tuner-runs/s/trial-0000" + ("/replica-1" if replicas > 1 else "")
     plan = get_adapter("vllm").launch_plan(
         params, settings, host="127.0.0.1", port=41234,
         inventory=Inventory(kind="cpu", type="cpu", devices=(0, 1), description="2 cores",
                             host="h"),
-        devices=[0], workdir=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000")
-    tid = store.start_trial("s", 0, params, worker_host="h", worker_pid=1, gpus=1,
-                            launch_plan=dataclasses.asdict(plan),
-                            log_path=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000/server.log")
+        devices=[0], workdir=ran_in)
+    if replicas > 1:
+        params = {**params, "replicas": replicas, "router_policy": "round_robin"}
+    tid = store.start_trial("s", 0, params, worker_host="h", worker_pid=1, gpus=replicas,
+                            launch_plan=dataclasses.asdict(plan), log_path=f"{ran_in}/server.log")
     store.finish_trial(tid, state="complete", objective=500.0, meets_sla=True,
                        measurements=[LEVEL])
     out = tmp_path / "export"
-    write_export(store.get_study("s"), store.trials("s")[0], out)
-    store.close()
+    try:
+        write_export(store.get_study("s"), store.trials("s")[0], out, formats)
+    finally:
+        store.close()
     return out
 
 
@@ -109,41 +115,9 @@ def test_the_export_copied_elsewhere_serves_with_the_engine_on_path(tmp_path: Pa
         server.wait()
 
 
-def exported_replicas(tmp_path: Path, formats: tuple[str, ...] | None = None) -> Path:
-    """The export of a trial of 2 replicas (TP1, a core each) behind the router, round robin."""
-    spec = {**SPEC, "engine": {k: v for k, v in SPEC["engine"].items() if k != "executable"},
-            "model": {"path": "models/tiny"}}
-    store = Store.open(f"sqlite:///{tmp_path}/tuner.db")
-    store.ensure_study("s", engine="vllm", model=f"{STUDY_MACHINE}/models/tiny",
-                       gpu_type="cpu", spec=spec, space={}, tuner_version="test")
-    settings = EngineSettings(executable=f"{STUDY_MACHINE}/.venv/bin/vllm",
-                              model=f"{STUDY_MACHINE}/models/tiny",
-                              args=dict(SPEC["engine"]["args"]), env=dict(SPEC["engine"]["env"]))
-    params = {"tensor_parallel_size": 1, "max_batch_size": 4, "replicas": 2,
-              "router_policy": "round_robin"}
-    # What a trial of replicas stores: the first replica's command at the router's address.
-    plan = get_adapter("vllm").launch_plan(
-        {"tensor_parallel_size": 1, "max_batch_size": 4}, settings, host="127.0.0.1",
-        port=41234, inventory=Inventory(kind="cpu", type="cpu", devices=(0, 1),
-                                        description="2 cores", host="h"),
-        devices=[0], workdir=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000/replica-1")
-    tid = store.start_trial("s", 0, params, worker_host="h", worker_pid=1, gpus=2,
-                            launch_plan=dataclasses.asdict(plan),
-                            log_path=f"{STUDY_MACHINE}/tuner-runs/s/trial-0000/replica-1/"
-                                     "server.log")
-    store.finish_trial(tid, state="complete", objective=500.0, meets_sla=True,
-                       measurements=[LEVEL])
-    out = tmp_path / "export"
-    try:
-        write_export(store.get_study("s"), store.trials("s")[0], out, formats)
-    finally:
-        store.close()
-    return out
-
-
 def test_a_winner_of_replicas_exports_its_router_and_a_script_that_starts_them_all(
         tmp_path: Path):
-    out = exported_replicas(tmp_path)
+    out = exported(tmp_path, 2)
     record = json.loads((out / "best.json").read_text())
     router = record["launch"]["router"]
     assert (router["name"], router["policy"], router["replicas"]) == (
@@ -161,7 +135,7 @@ def test_a_winner_of_replicas_is_not_exported_as_kubernetes_manifests_yet(tmp_pa
     from tuner.spec.errors import BadInput
 
     with pytest.raises(BadInput, match="2 replicas behind vllm-router.*--format vllm"):
-        exported_replicas(tmp_path, ("vllm", "json", "k8s"))
+        exported(tmp_path, 2, ("vllm", "json", "k8s"))
     assert not (tmp_path / "export").exists()  # nothing written
 
 
@@ -173,7 +147,7 @@ def test_the_replicas_export_copied_elsewhere_serves_through_the_real_router(tmp
     router = find_executable("vllm-router")
     assert router, "vllm-router is not installed: `make install` installs tuner's router extra"
     deploy = tmp_path / "elsewhere" / "deploy"
-    shutil.copytree(exported_replicas(tmp_path), deploy)
+    shutil.copytree(exported(tmp_path, 2), deploy)
     engine_bin = fake_vllm(tmp_path / "elsewhere" / "bin")
     model = fake_model(tmp_path / "elsewhere" / "tiny")
     (tmp_path / "landscape.json").write_text(json.dumps({"default": {"ttft_s": 0.0}}))
@@ -212,7 +186,7 @@ def test_the_replicas_export_copied_elsewhere_serves_through_the_real_router(tmp
 def test_the_dashboard_card_of_a_replicas_winner_shows_every_member(tmp_path: Path):
     from tuner.report import dashboard_data as dd
 
-    exported_replicas(tmp_path)
+    exported(tmp_path, 2)
     with dd.open_store(f"sqlite:///{tmp_path}/tuner.db") as store:
         card = dd.best_card(dd.read_study(store, "s"))
     assert card.command.count("vllm serve models/tiny") == 1  # one replica's command, shared
