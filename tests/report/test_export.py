@@ -344,3 +344,47 @@ def test_on_gb200_every_manifest_asks_one_compute_tray_of_4_gpus(tmp_path):
     h200 = workers_job(study="k", workers=2, image="i", gpu_type="H200", devices=None)
     assert h200["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/gpu": 8}
+
+
+def test_the_k8s_export_of_replicas_is_a_stateful_set_behind_the_router_and_its_service(
+        gpu_store, tmp_path):
+    import kubernetes_validate
+
+    params = {"tensor_parallel_size": 2, "max_batch_size": 256, "replicas": 2,
+              "router_policy": "cache_aware"}
+    trial = add_gpu_trial(gpu_store, params, gpus=4)
+    write_export(gpu_store.get_study("g"), trial, tmp_path, ("vllm", "json", "k8s"),
+                 router_image="registry.example/vllm-router:0.1.17")
+    docs = list(yaml.safe_load_all((tmp_path / "k8s.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "StatefulSet", "Service", "Deployment",
+                                         "Service"]
+    for d in docs:  # the Kubernetes API's own schemas, strict: no unknown field anywhere
+        kubernetes_validate.validate(d, "1.33", strict=True)
+    config_map, replicas, members, router, front = docs
+    assert config_map["data"]["config.yaml"] == (tmp_path / "config.yaml").read_text()
+    assert replicas["spec"]["replicas"] == 2
+    engine = replicas["spec"]["template"]["spec"]["containers"][0]
+    assert engine["command"] == ["vllm", "serve", "openai/gpt-oss-120b", "--config",
+                                 "/config/config.yaml", "--host", "0.0.0.0", "--port", "8000"]
+    assert engine["resources"]["limits"]["nvidia.com/gpu"] == 2  # each replica its TP2
+    assert members["spec"]["clusterIP"] == "None"  # each pod its own name
+    set_name = replicas["metadata"]["name"]
+    assert replicas["spec"]["serviceName"] == members["metadata"]["name"] == set_name
+    (container,) = router["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/vllm-router:0.1.17"
+    urls = [f"http://{set_name}-{i}.{set_name}:8000" for i in range(2)]
+    assert container["command"][:4] == ["vllm-router", "--worker-urls", *urls]
+    assert container["command"][4:6] == ["--policy", "cache_aware"]
+    # Clients call the router's Service, which selects the router's pod, not the replicas'.
+    assert front["spec"]["selector"] == router["spec"]["selector"]["matchLabels"]
+    record = json.loads((tmp_path / "best.json").read_text())
+    assert record["launch"]["router"]["replicas"] == 2
+
+
+def test_the_k8s_export_of_replicas_needs_the_routers_image(gpu_store, tmp_path):
+    from tuner.spec.errors import BadInput
+
+    trial = add_gpu_trial(gpu_store, {"tensor_parallel_size": 1, "replicas": 2}, gpus=2)
+    with pytest.raises(BadInput, match="--format k8s of trial 0 needs --router-image"):
+        write_export(gpu_store.get_study("g"), trial, tmp_path / "out", ("k8s",))
+    assert not (tmp_path / "out").exists()

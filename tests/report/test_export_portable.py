@@ -129,16 +129,6 @@ def test_a_winner_of_replicas_exports_its_router_and_a_script_that_starts_them_a
         assert STUDY_MACHINE not in f.read_text(), f.name
 
 
-def test_a_winner_of_replicas_is_not_exported_as_kubernetes_manifests_yet(tmp_path: Path):
-    import pytest
-
-    from tuner.spec.errors import BadInput
-
-    with pytest.raises(BadInput, match="2 replicas behind vllm-router.*--format vllm"):
-        exported(tmp_path, 2, ("vllm", "json", "k8s"))
-    assert not (tmp_path / "export").exists()  # nothing written
-
-
 def test_the_replicas_export_copied_elsewhere_serves_through_the_real_router(tmp_path: Path):
     import signal
 

@@ -98,6 +98,9 @@ def export(
                      "the workers' image (tuner and the engine installed).")] = None,
     secret: Annotated[str, typer.Option("--secret", help="With --format k8s-workers: the "
                       "Secret whose key `url` holds the storage URL.")] = "tuner-storage",
+    router_image: Annotated[str | None, typer.Option("--router-image", help="With --format "
+                            "k8s of a trial of replicas: the router's image (vllm-router "
+                            "installed).")] = None,
     min_tok_s_per_user: MinUserOpt = None,
 ) -> None:
     """Export the best configuration (or --trial N, or the front's pick for
@@ -132,7 +135,8 @@ def export(
         if picked is None:
             raise BadInput(f"--trial {trial}: no complete trial with that number in study "
                            f"{chosen.name}")
-    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)), pick)
+    files = write_export(chosen, picked, directory, tuple(fmt or default_formats(chosen)), pick,
+                         router_image)
     for f in files:
         out.print(str(f))
 

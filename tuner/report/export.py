@@ -311,9 +311,11 @@ class Pick:
 
 
 def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
-                 formats: tuple[str, ...] | None = None, pick: Pick | None = None) -> list[Path]:
+                 formats: tuple[str, ...] | None = None, pick: Pick | None = None,
+                 router_image: str | None = None) -> list[Path]:
     """Write the chosen formats into out_dir (the trial's objective level, or the level
-    `pick` names); returns the files written."""
+    `pick` names); returns the files written. `router_image`: the router's container image,
+    which the Kubernetes manifests of a trial of replicas need."""
     formats = formats or default_formats(study)
     allowed = (study.engine, *GENERIC_FORMATS)
     for f in formats:
@@ -324,12 +326,17 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
     record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
     check_invariants(record, get_adapter(study.engine))
     router = record.launch.router
-    if router is not None and ("k8s" in formats or study.spec.get("engine", {}).get("container")):
+    if router is not None and study.spec.get("engine", {}).get("container"):
         raise BadInput(f"export of trial {trial.number} refused: it is {router.replicas} replicas "
-                       f"behind {router.name}, which tuner exports as launch.sh and best.json only "
-                       f"(not yet as Kubernetes manifests or a container's command): use "
-                       f"--format {study.engine} --format json")
-    k8s_text = _k8s(study, record, files, plan) if "k8s" in formats else None
+                       f"behind {router.name}, which tuner does not export as a container's "
+                       f"command yet: use --format json, or --format k8s with --router-image")
+    if router is not None and "k8s" in formats and not router_image:
+        raise BadInput(f"--format k8s of trial {trial.number} needs --router-image: it is "
+                       f"{router.replicas} replicas behind {router.name}, whose pod needs an "
+                       f"image with {router.name} installed (e.g. one built FROM python:3.11-slim "
+                       f"with `pip install {router.name}==0.1.17`)")
+    k8s_text = _k8s(study, trial, record, files, plan, router_image) if "k8s" in formats \
+        else None
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     if study.engine in formats:
@@ -379,8 +386,8 @@ def default_formats(study: StudyRecord) -> tuple[str, ...]:
     return (study.engine, "json")
 
 
-def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
-         plan: LaunchPlan) -> str:
+def _k8s(study: StudyRecord, trial: TrialRecord, record: ExportRecord, files: dict[str, str],
+         plan: LaunchPlan, router_image: str | None = None) -> str:
     from tuner.report import k8s
 
     container = study.spec.get("engine", {}).get("container")
@@ -390,6 +397,23 @@ def _k8s(study: StudyRecord, record: ExportRecord, files: dict[str, str],
         raise BadInput(f"--format k8s: {e}") from e
     adapter = get_adapter(study.engine)
     command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
+    router = record.launch.router
+    if router is not None:
+        # Each replica in a pod of its own, on the pod's port; the router reaches them by their
+        # pods' names.
+        plan = replica_plans(study, trial, host=DEPLOY_HOST,
+                             ports=[k8s.PORT] * router.replicas, workdir=None)[0]
+        command = adapter.engine_command(plan, k8s.CONFIG_DIR)
+        workers = k8s.replica_names(study.name, record.trial, router.replicas)
+        router_command = get_router(study.engine).deploy_command(
+            workers, router.policy, executable=router.command[0], host=DEPLOY_HOST,
+            port=k8s.PORT)
+        return k8s.dump(k8s.replica_manifests(
+            study=study.name, trial=record.trial, engine=study.engine,
+            gpu_type=study.gpu_type, gpus=plan.gpus, replicas=router.replicas,
+            command=command, env=record.launch.env, files=files, image=image,
+            health_path=plan.health_path, model=plan.model, router=router.name,
+            router_command=router_command, router_image=router_image))
     return k8s.dump(k8s.manifests(
         study=study.name, trial=record.trial, engine=study.engine, gpu_type=study.gpu_type,
         gpus=record.hardware.gpus, command=command, env=record.launch.env, files=files,

@@ -1,4 +1,6 @@
-"""A Kubernetes Deployment + Service (+ the config file as a ConfigMap) for an exported trial.
+"""A Kubernetes Deployment + Service (+ the config file as a ConfigMap) for an exported trial;
+for a trial of replicas, a StatefulSet of them, the router as a Deployment and a Service in
+front of it.
 
 The container runs the engine's own command (no container runtime inside the image) with the
 config mounted at /config, where that command reads it, and the spec's environment. The model
@@ -59,12 +61,16 @@ def image_for(engine: str, version: str | None, container: dict | None) -> str:
     return template.format(version=version.split("+")[0])
 
 
-def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
-              command: list[str], env: dict[str, str], files: dict[str, str], image: str,
-              health_path: str, model: str) -> list[dict[str, Any]]:
-    name = _name(f"{study}-t{trial}")
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tuner",
-              "tuner/study": _name(study), "tuner/trial": str(trial)}
+def _labels(name: str, study: str, trial: int) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "tuner",
+            "tuner/study": _name(study), "tuner/trial": str(trial)}
+
+
+def _engine_pod(*, engine: str, gpu_type: str, gpus: int, command: list[str],
+                env: dict[str, str], image: str, health_path: str, model: str,
+                config_map: str) -> dict[str, Any]:
+    """The pod spec of one engine server: its own command, the config file mounted, the model
+    from the cache claim, its GPUs from the device plugin."""
     on_gpu = gpu_type in GPU_PRODUCT_LABEL
     # The device plugin chooses the GPUs: a CUDA_VISIBLE_DEVICES from the trial would be wrong.
     env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
@@ -86,11 +92,30 @@ def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
     pod: dict[str, Any] = {
         "containers": [container],
-        "volumes": [{"name": "config", "configMap": {"name": name}},
+        "volumes": [{"name": "config", "configMap": {"name": config_map}},
                     {"name": "shm", "emptyDir": {"medium": "Memory"}}, cache_volume],
     }
     if on_gpu:
         pod["nodeSelector"] = {"nvidia.com/gpu.product": GPU_PRODUCT_LABEL[gpu_type]}
+    return pod
+
+
+def _service(name: str, labels: dict[str, str], *, headless: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": {"app.kubernetes.io/name": name},
+                            "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}
+    if headless:  # each pod its own DNS name: <pod>.<service>
+        spec["clusterIP"] = "None"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+            "spec": spec}
+
+
+def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
+              command: list[str], env: dict[str, str], files: dict[str, str], image: str,
+              health_path: str, model: str) -> list[dict[str, Any]]:
+    name = _name(f"{study}-t{trial}")
+    labels = _labels(name, study, trial)
+    pod = _engine_pod(engine=engine, gpu_type=gpu_type, gpus=gpus, command=command, env=env,
+                      image=image, health_path=health_path, model=model, config_map=name)
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
          "data": dict(files)},
@@ -98,9 +123,56 @@ def manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
          "metadata": {"name": name, "labels": labels},
          "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
                   "template": {"metadata": {"labels": labels}, "spec": pod}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-         "spec": {"selector": {"app.kubernetes.io/name": name},
-                  "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}},
+        _service(name, labels),
+    ]
+
+
+def replica_names(study: str, trial: int, replicas: int) -> list[str]:
+    """The replicas' addresses inside the cluster: the StatefulSet's pods under its headless
+    Service (`<set>-<i>.<set>`, resolved in the namespace they run in)."""
+    name = _name(f"{study}-t{trial}") + "-replica"
+    return [f"http://{name}-{i}.{name}:{PORT}" for i in range(replicas)]
+
+
+def replica_manifests(*, study: str, trial: int, engine: str, gpu_type: str, gpus: int,
+                      replicas: int, command: list[str], env: dict[str, str],
+                      files: dict[str, str], image: str, health_path: str, model: str,
+                      router: str, router_command: list[str], router_image: str,
+                      ) -> list[dict[str, Any]]:
+    """Replicas behind a router: a StatefulSet of `replicas` engine pods (`gpus` each) under a
+    headless Service (each pod its own DNS name, the router's worker URLs: `replica_names`),
+    the router as a Deployment running `router_command`, and a Service in front of the router,
+    which is what clients call."""
+    name = _name(f"{study}-t{trial}")
+    labels = _labels(name, study, trial)
+    members = f"{name}-replica"
+    member_labels = _labels(members, study, trial)
+    pod = _engine_pod(engine=engine, gpu_type=gpu_type, gpus=gpus, command=command, env=env,
+                      image=image, health_path=health_path, model=model, config_map=name)
+    router_pod = {"containers": [{
+        "name": _name(router), "image": router_image, "command": router_command,
+        "ports": [{"name": "http", "containerPort": PORT}],
+        # Healthy once every replica is (it waits for them before it serves).
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"},
+                           "initialDelaySeconds": 10, "periodSeconds": 10,
+                           "failureThreshold": 360},
+    }]}
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels},
+         "data": dict(files)},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet",
+         "metadata": {"name": members, "labels": member_labels},
+         "spec": {"replicas": replicas, "serviceName": members,
+                  # All at once, as the trial started them: none waits for another to be ready.
+                  "podManagementPolicy": "Parallel",
+                  "selector": {"matchLabels": {"app.kubernetes.io/name": members}},
+                  "template": {"metadata": {"labels": member_labels}, "spec": pod}}},
+        _service(members, member_labels, headless=True),
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": name, "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                  "template": {"metadata": {"labels": labels}, "spec": router_pod}}},
+        _service(name, labels),
     ]
 
 

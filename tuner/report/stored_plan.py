@@ -18,6 +18,8 @@ from typing import Any
 
 from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
+from tuner.serve.routers import engine_config
+from tuner.spec.space import replicas_of
 from tuner.store import StudyRecord, TrialRecord
 
 __all__ = ["deploy_plan"]
@@ -92,12 +94,14 @@ def _devices(gpus: int) -> str:
 def _planned_again(study: StudyRecord, trial: TrialRecord, *, host: str, port: int, gpus: int,
                    workdir: str | None) -> LaunchPlan:
     hw = trial.hardware or {}
+    # One server's plan: of a trial of replicas, one replica's (its share of the devices).
+    gpus = max(1, gpus // replicas_of(trial.params))
     inventory = Inventory(kind=hw.get("kind", "cpu"), type=study.gpu_type,
                           devices=tuple(range(gpus)), description=hw.get("description", ""),
                           host=hw.get("host", ""), per_rank=hw.get("per_rank", 1))
     return get_adapter(study.engine).launch_plan(
-        trial.params, _settings(study), host=host, port=port, inventory=inventory,
-        devices=list(range(gpus)), workdir=workdir)
+        engine_config(trial.params), _settings(study), host=host, port=port,
+        inventory=inventory, devices=list(range(gpus)), workdir=workdir)
 
 
 def _settings(study: StudyRecord) -> EngineSettings:
