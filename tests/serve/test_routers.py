@@ -46,6 +46,11 @@ def test_every_flag_of_a_router_command_is_one_its_help_lists(router_help):
         assert re.search(rf"\[{flag}[ \]]", router_help), flag
     # Its own metrics port: the default (29000) would collide between two routers.
     assert plan.argv[plan.argv.index("--prometheus-port") + 1] == "4"
+    # And the router an export deploys.
+    deployed = ROUTER.deploy_command(["http://a:8000", "http://b:8000"], "cache_aware",
+                                     executable="vllm-router", host="0.0.0.0", port=8000)
+    for flag in (a for a in deployed if a.startswith("--")):
+        assert re.search(rf"\[{flag}[ \]]", router_help), flag
 
 
 def test_a_policy_the_replicas_cannot_feed_or_the_router_lacks_is_infeasible():
