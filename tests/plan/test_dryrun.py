@@ -94,3 +94,27 @@ def test_a_dry_run_refuses_a_router_policy_its_replicas_cannot_feed(tmp_path: Pa
     assert "KV-cache event feeds" in study.infeasible({**base, "replicas": 2,
                                                         "router_policy": "kv_aware"})
     assert study.infeasible({**base, "replicas": 2, "router_policy": "round_robin"}) is None
+
+
+@pytest.mark.parametrize("gpu, node", [("H100-SXM", 8), ("H200", 8), ("B200", 8), ("GB200", 4)])
+def test_replicas_dry_run_plans_fit_the_node_each_replica_on_its_own_gpus(gpu, node):
+    """The replicas example's space on each GPU node: a configuration of replicas is planned
+    as its replicas, each on its own block of the node's GPUs, and the router in front of
+    them; one that would need more GPUs than the node has says so (a GB200 tray: 4)."""
+    path = REPO / "examples" / "gpt-oss-120b-replicas.yaml"
+    _, planned = dry_run(load_spec(path), path, gpu=gpu, engine=None, n_trials=60)
+    served = [t for t in planned if t.router]
+    assert served and any(t.plan and not t.router for t in planned)  # one server, too
+    for t in served:
+        n, tp = t.params["replicas"], t.params["tensor_parallel_size"]
+        blocks = [r.env["CUDA_VISIBLE_DEVICES"].split(",") for r in t.replicas]
+        assert len(blocks) == n and all(len(b) == tp for b in blocks)
+        used = [d for b in blocks for d in b]
+        assert len(set(used)) == len(used) == n * tp <= node  # disjoint, within the node
+        urls = [r.base_url for r in t.replicas]
+        assert t.router[:2 + n] == ["vllm-router", "--worker-urls", *urls]
+        assert t.router[t.router.index("--policy") + 1] == t.params["router_policy"]
+    for t in planned:
+        if t.plan is None and t.params.get("replicas", 1) * t.params["tensor_parallel_size"] \
+                > node:
+            assert f"the node has {node}" in t.infeasible

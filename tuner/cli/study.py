@@ -222,7 +222,12 @@ def _print_dry_run(spec, spec_path: Path, gpu: str | None, engine: str | None, n
         if t.plan is None:
             out.print(f"  infeasible: {t.infeasible}")
             continue
-        out.print(f"  $ {shell_command(t.plan.argv, t.plan.env)}")
+        for i, replica in enumerate(t.replicas, start=1):
+            out.print(f"  replica {i}: $ {shell_command(replica.argv, replica.env)}")
+        if t.router:
+            out.print(f"  router in front: $ {shlex.join(t.router)}")
+        else:
+            out.print(f"  $ {shell_command(t.plan.argv, t.plan.env)}")
         for name, content in t.plan.files.items():
             out.print(f"  {name}:")
             for line in content.rstrip().splitlines():

@@ -7,7 +7,7 @@ The node is the one the spec (or --gpu) names, planned rather than detected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,11 @@ from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
-from tuner.serve.routers import policy_infeasibility
+from tuner.serve.routers import engine_config, get_router, policy_infeasibility
 from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape
-from tuner.spec.space import SearchSpace, load_space
+from tuner.spec.space import SearchSpace, load_space, replicas_of
 from tuner.spec.study_spec import EngineSpec, StudySpec, resolve_space_path
 from tuner.verdict.rules import config_key
 
@@ -68,8 +68,30 @@ def offline_study(spec: StudySpec, spec_path: Path, *, gpu: str | None,
 class PlannedTrial:
     number: int
     params: dict[str, Any]
-    plan: LaunchPlan | None
+    plan: LaunchPlan | None  # of replicas: the first replica's
     infeasible: str | None
+    replicas: list[LaunchPlan] = field(default_factory=list)  # of replicas: each one's plan
+    router: list[str] | None = None  # of replicas: the router's command in front of them
+
+
+def plan_replicas(offline: OfflineStudy, params: dict[str, Any], workdir: Path
+                  ) -> tuple[list[LaunchPlan], list[str]]:
+    """A configuration of replicas as a node would run it: each replica on its own block of the
+    node's devices (on this host's port DEPLOY_PORT + i), and the router's command on
+    DEPLOY_PORT in front of them, its flags as the export deploys it."""
+    inner = engine_config(params)
+    ranks = offline.adapter.world_size(inner) * offline.inventory.per_rank
+    devices = list(offline.inventory.devices)
+    plans = [offline.adapter.launch_plan(
+        inner, offline.settings, host="127.0.0.1", port=DEPLOY_PORT + i + 1,
+        inventory=offline.inventory, devices=devices[i * ranks:(i + 1) * ranks],
+        workdir=str(workdir / f"replica-{i + 1}")) for i in range(replicas_of(params))]
+    router = get_router(offline.adapter.name)
+    policy = str(params.get("router_policy", router.default_policy))
+    command = router.deploy_command([p.base_url for p in plans], policy,
+                                    executable=router.default_executable,
+                                    host="0.0.0.0", port=DEPLOY_PORT)  # noqa: S104
+    return plans, command
 
 
 def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | None,
@@ -88,6 +110,11 @@ def dry_run(spec: StudySpec, spec_path: Path, *, gpu: str | None, engine: str | 
         seen.add(key)
         reason = offline.infeasible(params)
         workdir = (Path(spec.runs_dir) / spec.name / f"trial-{len(planned):04d}").resolve()
+        if reason is None and replicas_of(params) > 1:
+            replicas, router = plan_replicas(offline, params, workdir)
+            planned.append(PlannedTrial(len(planned), params, replicas[0], None, replicas,
+                                        router))
+            continue
         plan = None if reason else offline.adapter.launch_plan(
             params, offline.settings, host="0.0.0.0", port=DEPLOY_PORT,  # noqa: S104
             inventory=inventory, devices=list(inventory.devices), workdir=str(workdir))
