@@ -188,7 +188,7 @@ def test_an_export_that_would_not_deploy_is_refused_before_writing(
 
 
 def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
-    from tuner.report.export import check_invariants
+    from tuner.report.export_checks import check_invariants
     from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
@@ -203,7 +203,7 @@ def test_cuda_graph_sizes_are_checked_sorted_unique_and_within_the_batch():
 
 
 def test_vllms_token_counted_capture_sizes_may_exceed_the_batch_as_its_recipe_does():
-    from tuner.report.export import check_invariants
+    from tuner.report.export_checks import check_invariants
     from tuner.spec.errors import BadInput
 
     record = SimpleNamespace(
