@@ -197,9 +197,11 @@ def _conversation_prompts(w: WorkloadSpec, model_dir: Path, vocab_size: int,
                           draw)
     if w.api != "chat":
         return convs
-    # The chat API takes text: each turn decoded whole (one user message holding the history).
-    return [Conversation(tuple(as_text([Prompt(tokens=t) for t in c.turns],
-                                       _tokenizer_json(w, model_dir)))) for c in convs]
+    # The chat API takes text: each turn decoded whole (one user message holding the history),
+    # every turn of every conversation with one load of the tokenizer.
+    texts = iter(as_text([Prompt(tokens=t) for c in convs for t in c.turns],
+                         _tokenizer_json(w, model_dir)))
+    return [Conversation(tuple(next(texts) for _ in c.turns)) for c in convs]
 
 
 # ---------------------------------------------------------------- the prompts of a whole sweep

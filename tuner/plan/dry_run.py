@@ -15,7 +15,13 @@ from tuner.search.bridge import sample_configs
 from tuner.search.context import check_space, engine_settings, model_shape
 from tuner.serve.engines import EngineAdapter, EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory, planned_inventory
-from tuner.serve.routers import engine_config, get_router, policy_infeasibility
+from tuner.serve.routers import (
+    engine_config,
+    get_router,
+    policy_infeasibility,
+    policy_of,
+    replica_blocks,
+)
 from tuner.spec.feasibility import infeasibility
 from tuner.spec.gpu_types import GpuType, gpu_type
 from tuner.spec.model_shape import ModelShape
@@ -80,15 +86,14 @@ def plan_replicas(offline: OfflineStudy, params: dict[str, Any], workdir: Path
     node's devices (on this host's port DEPLOY_PORT + i), and the router's command on
     DEPLOY_PORT in front of them, its flags as the export deploys it."""
     inner = engine_config(params)
-    ranks = offline.adapter.world_size(inner) * offline.inventory.per_rank
-    devices = list(offline.inventory.devices)
+    blocks = replica_blocks(list(offline.inventory.devices), replicas_of(params),
+                            offline.adapter.world_size(inner) * offline.inventory.per_rank)
     plans = [offline.adapter.launch_plan(
-        inner, offline.settings, host="127.0.0.1", port=DEPLOY_PORT + i + 1,
-        inventory=offline.inventory, devices=devices[i * ranks:(i + 1) * ranks],
-        workdir=str(workdir / f"replica-{i + 1}")) for i in range(replicas_of(params))]
+        inner, offline.settings, host="127.0.0.1", port=DEPLOY_PORT + i,
+        inventory=offline.inventory, devices=block, workdir=str(workdir / f"replica-{i}"))
+        for i, block in enumerate(blocks, start=1)]
     router = get_router(offline.adapter.name)
-    policy = str(params.get("router_policy", router.default_policy))
-    command = router.deploy_command([p.base_url for p in plans], policy,
+    command = router.deploy_command([p.base_url for p in plans], policy_of(router, params),
                                     executable=router.default_executable,
                                     host="0.0.0.0", port=DEPLOY_PORT)  # noqa: S104
     return plans, command

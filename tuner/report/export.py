@@ -24,7 +24,7 @@ from tuner.report.export_checks import check_invariants
 from tuner.report.portable import launch_script, portable_argv, replicas_launch_script
 from tuner.report.stored_plan import deploy_plan, replica_plans
 from tuner.serve.engines import LaunchPlan, get_adapter
-from tuner.serve.routers import get_router
+from tuner.serve.routers import get_router, policy_of
 from tuner.spec.errors import BadInput
 from tuner.spec.space import replicas_of
 from tuner.store import StudyRecord, TrialRecord
@@ -224,13 +224,16 @@ def check_quality(trial: TrialRecord) -> None:
 
 def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
                  workdir: str | None = None, pick: Pick | None = None,
-                 ) -> tuple[ExportRecord, dict[str, str], LaunchPlan]:
+                 ) -> tuple[ExportRecord, dict[str, str], list[LaunchPlan]]:
+    """The record, the engine's files and the plan of every server it starts (one, or each
+    replica's)."""
     adapter = get_adapter(study.engine)
     hw = trial.hardware or {}
     # What the trial ran (its stored plan), not what today's adapter would make of its params.
     served = served_as_replicas(study, trial, workdir)
-    plan = served[0][0] if served else deploy_plan(study, trial, host=DEPLOY_HOST,
-                                                   port=DEPLOY_PORT, workdir=workdir)
+    plans = served[0] if served else [deploy_plan(study, trial, host=DEPLOY_HOST,
+                                                  port=DEPLOY_PORT, workdir=workdir)]
+    plan = plans[0]
     # As the spec named the engine and the model, not as the study machine resolved them.
     engine_spec = study.spec.get("engine", {})
     container = bool(engine_spec.get("container"))
@@ -276,7 +279,7 @@ def build_record(study: StudyRecord, trial: TrialRecord, config_dir: str = ".",
             measured_at=trial.finished_at.isoformat() if trial.finished_at else None,
             exported_at=datetime.now(timezone.utc).isoformat(),
         ),
-    ), plan.files, plan
+    ), plan.files, plans
 
 
 def served_as_replicas(study: StudyRecord, trial: TrialRecord, workdir: str | None
@@ -290,7 +293,7 @@ def served_as_replicas(study: StudyRecord, trial: TrialRecord, workdir: str | No
     router = get_router(study.engine)
     plans = replica_plans(study, trial, host=REPLICA_HOST,
                           ports=[DEPLOY_PORT + i for i in range(1, n + 1)], workdir=workdir)
-    policy = str(trial.params.get("router_policy", router.default_policy))
+    policy = policy_of(router, trial.params)
     command = router.deploy_command([p.base_url for p in plans], policy,
                                     executable=router.default_executable, host=DEPLOY_HOST,
                                     port=DEPLOY_PORT)
@@ -324,7 +327,8 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
             raise BadInput(f"--format {f}: study {study.name} used engine {study.engine}; "
                            f"use one of {', '.join(allowed)}")
     check_quality(trial)
-    record, files, plan = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
+    record, files, plans = build_record(study, trial, workdir=str(out_dir.resolve()), pick=pick)
+    plan = plans[0]
     check_invariants(record, get_adapter(study.engine))
     router = record.launch.router
     if router is not None and study.spec.get("engine", {}).get("container"):
@@ -347,7 +351,7 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
                   f"{record.objective.value:,.0f} {record.objective.metric} "
                   f"({record.objective.source})")
         if router is not None:
-            script = _replicas_script(study, trial, record, header, out_dir)
+            script = _replicas_script(study, record, plans, header)
         elif study.spec.get("engine", {}).get("container"):
             script = (
                 f"#!/usr/bin/env bash\n{header}\nset -euo pipefail\n"
@@ -369,11 +373,10 @@ def write_export(study: StudyRecord, trial: TrialRecord, out_dir: Path,
     return written
 
 
-def _replicas_script(study: StudyRecord, trial: TrialRecord, record: ExportRecord, header: str,
-                     out_dir: Path) -> str:
+def _replicas_script(study: StudyRecord, record: ExportRecord, plans: list[LaunchPlan],
+                     header: str) -> str:
     """launch.sh of a trial of replicas: each replica's portable command, then the router."""
     adapter = get_adapter(study.engine)
-    plans, _ = served_as_replicas(study, trial, str(out_dir.resolve()))
     engine = record.launch.command[0]
     replicas = [(portable_argv(adapter.launch_command(p, "."), engine=engine,
                                resolved_model=study.model, model=record.model), p.env)
@@ -397,14 +400,14 @@ def _k8s(study: StudyRecord, trial: TrialRecord, record: ExportRecord, files: di
     except ValueError as e:
         raise BadInput(f"--format k8s: {e}") from e
     adapter = get_adapter(study.engine)
-    command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
     router = record.launch.router
     if router is not None:
-        # Each replica in a pod of its own, on the pod's port; the router reaches them by their
-        # pods' names.
+        # Each replica in a pod of its own, on the pod's port (not the launch script's own
+        # port per replica); the router reaches them by their pods' names.
         plan = replica_plans(study, trial, host=DEPLOY_HOST,
                              ports=[k8s.PORT] * router.replicas, workdir=None)[0]
-        command = adapter.engine_command(plan, k8s.CONFIG_DIR)
+    command = adapter.engine_command(plan, k8s.CONFIG_DIR)  # inside the image: no docker
+    if router is not None:
         workers = k8s.replica_names(study.name, record.trial, router.replicas)
         router_command = get_router(study.engine).deploy_command(
             workers, router.policy, executable=router.command[0], host=DEPLOY_HOST,

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuner.serve.engines import EngineSettings, LaunchPlan, get_adapter
 from tuner.serve.hardware import Inventory
-from tuner.serve.routers import engine_config
+from tuner.serve.routers import engine_config, replica_blocks
 from tuner.spec.space import replicas_of
 from tuner.store import StudyRecord, TrialRecord
 
@@ -55,11 +55,11 @@ def replica_plans(study: StudyRecord, trial: TrialRecord, *, host: str, ports: l
     n = len(ports)
     per = max(1, (trial.gpus or n) // n)
     plans = []
-    for i, port in enumerate(ports):
+    for port, block in zip(ports, replica_blocks(list(range(per * n)), n, per), strict=True):
         plan = deploy_plan(study, trial, host=host, port=port, workdir=workdir)
         env = dict(plan.env)
         if "CUDA_VISIBLE_DEVICES" in env:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in range(i * per, (i + 1) * per))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, block))
         plans.append(replace(plan, env=env, gpus=per))
     return plans
 

@@ -315,15 +315,20 @@ def _context(spec: StudySpec, space: SearchSpace, *, url: str, name: str, say: S
     )
 
 
+def _needs_load_bound(spec: StudySpec) -> bool:
+    """`workload.concurrency: auto` (a load search, or an open loop's cap) without a
+    `load_search.max`: each configuration's own batch limit bounds its load."""
+    w = spec.workload
+    return w.concurrency == "auto" and not (w.arrival == "concurrency" and w.search.max is not None)
+
+
 def unbounded_load(spec: StudySpec, adapter: EngineAdapter, settings: EngineSettings,
                    params: dict[str, Any]) -> str | None:
-    """Why `params` cannot be measured under `workload.concurrency: auto` (a load search, or an
-    open loop's cap), which needs the most requests its server runs at once; None when it can."""
+    """Why `params` cannot be measured under the spec's workload, which needs the most requests
+    its server runs at once and `params` does not say; None when it can."""
+    if not _needs_load_bound(spec) or adapter.max_in_flight(params, settings) is not None:
+        return None
     w = spec.workload
-    if w.concurrency != "auto" or adapter.max_in_flight(params, settings) is not None:
-        return None
-    if w.arrival == "concurrency" and w.search.max is not None:
-        return None
     return ("workload.concurrency auto needs the most requests a server runs at once: search "
             "max_batch_size, or set it in engine.args"
             + (" (or set workload.load_search.max)" if w.arrival != "poisson" else ""))
@@ -333,6 +338,8 @@ def check_load_bounds(spec: StudySpec, space: SearchSpace, adapter: EngineAdapte
                       settings: EngineSettings) -> None:
     """Every configuration of the space has what its load needs, said before the first trial,
     not at the first configuration without it, halfway through a study."""
+    if not _needs_load_bound(spec):
+        return  # no space to walk: most studies start here
     for params in space.enumerate():
         why = unbounded_load(spec, adapter, settings, params)
         if why is not None:

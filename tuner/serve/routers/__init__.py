@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuner.serve.routers.base import Router, find_executable
-from tuner.serve.routers.configs import engine_config, world_size
+from tuner.serve.routers.configs import engine_config, policy_of, replica_blocks, world_size
 from tuner.serve.routers.vllm_router import VllmRouter
 from tuner.spec.errors import BadInput
 from tuner.spec.space import replicas_of
@@ -20,7 +20,7 @@ from tuner.spec.space import replicas_of
 _ROUTERS: dict[str, Router] = {"vllm": VllmRouter()}
 
 __all__ = ["Router", "engine_config", "find_executable", "get_router", "has_router",
-           "policy_infeasibility", "world_size"]
+           "policy_infeasibility", "policy_of", "replica_blocks", "world_size"]
 
 
 def has_router(engine: str) -> bool:
@@ -42,4 +42,4 @@ def policy_infeasibility(engine: str, config: dict[str, Any]) -> str | None:
     if replicas_of(config) <= 1:
         return None
     router = get_router(engine)
-    return router.infeasibility(str(config.get("router_policy", router.default_policy)))
+    return router.infeasibility(policy_of(router, config))

@@ -16,7 +16,7 @@ from tuner.serve.engines.base import EngineAdapter, EngineSettings, LaunchPlan
 from tuner.serve.hardware import Inventory
 from tuner.serve.launcher import ServerProcess, free_port
 from tuner.serve.routers.base import Router, find_executable
-from tuner.serve.routers.configs import engine_config
+from tuner.serve.routers.configs import engine_config, policy_of, replica_blocks
 from tuner.serve.routers.deployment import Deployment
 from tuner.spec.errors import BadInput
 from tuner.spec.space import replicas_of
@@ -42,8 +42,7 @@ def deployment(adapter: EngineAdapter, router: Router, config: dict[str, Any],
     if inventory.kind == "cpu":
         whole = plan_layout(devices, n * world, inventory.per_rank)
     plans, servers = [], []
-    for i in range(n):
-        own = devices[i * world * inventory.per_rank:(i + 1) * world * inventory.per_rank]
+    for i, own in enumerate(replica_blocks(devices, n, world * inventory.per_rank)):
         layout = None
         if whole is not None:
             ranks = whole.ranks[i * world:(i + 1) * world]
@@ -60,8 +59,8 @@ def deployment(adapter: EngineAdapter, router: Router, config: dict[str, Any],
         plans.append(plan)
         servers.append(ServerProcess(plan, where, cpus=layout.slot if layout else None,
                                      layout=layout))
-    policy = str(config.get("router_policy", router.default_policy))
-    front = router.launch_plan([p.base_url for p in plans], policy, executable=executable,
+    front = router.launch_plan([p.base_url for p in plans], policy_of(router, config),
+                               executable=executable,
                                host=host, port=free_port(host), metrics_port=free_port(host),
                                model=plans[0].model, ready_timeout_s=ready_timeout_s)
     router_server = ServerProcess(front, workdir / "router",
